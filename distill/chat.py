@@ -1,0 +1,42 @@
+"""Chat formatting: prompts through the target's own chat template, assistant-only loss masks."""
+
+from __future__ import annotations
+
+import hashlib
+
+from distill.errors import DistillError
+
+ROLES = ("system", "user", "assistant")
+
+
+def prompt_messages(messages: list[dict]) -> list[dict]:
+    """The conversation up to (not including) its last assistant turn: what the target answers."""
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages))
+    return messages[:last]
+
+
+def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of `messages` followed by the template's assistant generation prompt."""
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
+
+
+def encode_chat(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
+    """Token ids of a whole conversation and its assistant mask (1 on assistant-written tokens).
+
+    The mask comes from the template's `{% generation %}` markers, so it covers exactly what the
+    template marks as the assistant's (its content and end-of-turn token).
+    """
+    if "{% generation %}" not in (tokenizer.chat_template or "").replace("{%- generation %}", "{% generation %}"):
+        raise DistillError(
+            "the tokenizer's chat template has no {% generation %} markers, so assistant loss masks "
+            "can't be derived; set data.regenerate=true or use a template with generation markers"
+        )
+    enc = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    return list(enc["input_ids"]), list(enc["assistant_masks"])
+
+
+def tokenizer_hash(tokenizer) -> str:
+    """Fingerprint of the vocabulary, merges, special tokens and chat template."""
+    h = hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode())
+    h.update((tokenizer.chat_template or "").encode())
+    return h.hexdigest()[:16]

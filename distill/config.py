@@ -1,0 +1,36 @@
+"""Structured configs of the distill stage (registered in Hydra's ConfigStore by the apps)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class TargetConfig:
+    name_or_path: str = "toyworld:toy"  # HF hub name, local HF directory, or toyworld:<micro|toy>
+    revision: Optional[str] = None  # hub revision (branch, tag or commit); None = default branch
+    dtype: str = "float32"  # float32 | bfloat16 | float16 | auto (what the checkpoint says)
+    trust_remote_code: bool = False  # run code shipped with the model; only for sources you trust
+    attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 0.8  # 0 = greedy; the target's own answers at the temperature you serve
+    top_p: float = 0.95  # nucleus sampling mass
+    max_new_tokens: int = 64  # answer length cap; answers cut here are marked finish_reason=length
+    seed: int = 0  # per-shard seeds derive from it, so a resumed run samples the same answers
+
+
+@dataclass
+class DataConfig:
+    prompts: str = "toyworld"  # toyworld | path to .jsonl/.json/.parquet | HF dataset name or dir
+    split: str = "train"  # dataset split (toy world: train or heldout)
+    max_prompts: int = 256  # prompts used, in file order (0 = all)
+    max_prompt_tokens: int = 384  # longer prompts are dropped and counted in the manifest
+    regenerate: bool = True  # True: the target answers each prompt; False: keep the dataset's answers
+    backend: str = "hf"  # hf (transformers generate); vllm arrives with the serving issue
+    batch_size: int = 16  # prompts per generate call (left padded)
+    shard_size: int = 64  # prompts per shard; a killed run resumes from the last complete shard
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)

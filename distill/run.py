@@ -1,0 +1,146 @@
+"""The distill stage: the target answers the prompts; the answers become a sharded dataset.
+
+    python -m distill target=toy out_dir=runs/mydata          # or called by `python -m train`
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from distill.chat import encode_chat, encode_prompt, prompt_messages, tokenizer_hash
+from distill.config import DataConfig, TargetConfig
+from distill.errors import DistillError
+from distill.prompts import load_conversations
+from distill.sampler import HFSampler
+from distill.shards import ShardWriter, atomic_write_text, load_distilled
+from distill.target import default_device, load_target, load_tokenizer, toyworld_prompts
+
+MANIFEST = "manifest.json"
+
+
+def config_hash(target: TargetConfig, data: DataConfig) -> str:
+    """Hash of every setting that changes the dataset; a stage with this hash done is skipped."""
+    payload = json.dumps({"target": asdict(target), "data": asdict(data)}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def read_manifest(data_dir: str | Path) -> dict | None:
+    path = Path(data_dir) / MANIFEST
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def distill(target: TargetConfig, data: DataConfig, out_dir: str | Path, device=None, stop_after_shards: int | None = None) -> dict:
+    """Build (or resume) the distillation dataset in `out_dir`; return its manifest.
+
+    Args:
+        stop_after_shards: write at most this many new shards, then stop (tests use it to
+            emulate a run killed midway).
+    """
+    out_dir = Path(out_dir)
+    digest = config_hash(target, data)
+    manifest = read_manifest(out_dir)
+    if manifest and manifest["config_hash"] == digest:
+        return manifest
+    if data.backend != "hf":
+        raise DistillError(f"unknown distill backend {data.backend!r}; use data.backend=hf")
+    start = time.perf_counter()
+    tokenizer = load_tokenizer(target)
+    conversations = load_conversations(data.prompts, data.split, toyworld_prompts(target.name_or_path, data.split))
+    examples, dropped = _encode(tokenizer, conversations, data)
+    if not examples:
+        raise DistillError(f"no prompt fits data.max_prompt_tokens={data.max_prompt_tokens}; raise it")
+
+    writer = ShardWriter(out_dir, {"config_hash": digest, "tokenizer": tokenizer_hash(tokenizer)})
+    shards = [examples[i : i + data.shard_size] for i in range(0, len(examples), data.shard_size)]
+    todo = [i for i in range(len(shards)) if not writer.done(i)]
+    if stop_after_shards is not None:
+        todo = todo[:stop_after_shards]
+    sampler = None
+    if data.regenerate and todo:
+        model = load_target(target, device or default_device())
+        s = data.sampling
+        sampler = HFSampler(model, tokenizer, s.temperature, s.top_p, s.max_new_tokens, data.batch_size)
+    with tqdm(total=len(examples), initial=sum(len(shards[i]) for i in range(len(shards)) if i not in todo), desc="distill", unit="prompt") as bar:
+        for i in todo:
+            writer.write(i, _shard_rows(shards[i], sampler, seed=data.sampling.seed * 1_000_003 + i))
+            bar.update(len(shards[i]))
+    if any(not writer.done(i) for i in range(len(shards))):
+        return {"complete": False, "shards_done": sum(writer.done(i) for i in range(len(shards)))}
+    return _write_manifest(out_dir, target, data, tokenizer, digest, len(shards), dropped, time.perf_counter() - start)
+
+
+def _encode(tokenizer, conversations, data: DataConfig) -> tuple[list[dict], int]:
+    """Token ids per usable conversation, in file order, and the count dropped as too long."""
+    examples, dropped = [], 0
+    for index, messages in enumerate(conversations):
+        if data.max_prompts and len(examples) >= data.max_prompts:
+            break
+        if data.regenerate:
+            prompt = prompt_messages(messages)
+            if not any(m["role"] == "user" for m in prompt):
+                dropped += 1
+                continue
+            ids = encode_prompt(tokenizer, prompt)
+            example = {"prompt_index": index, "prompt_ids": ids}
+        else:
+            ids, mask = encode_chat(tokenizer, messages)
+            first = mask.index(1) if 1 in mask else len(mask)
+            example = {"prompt_index": index, "prompt_ids": ids[:first], "input_ids": ids, "loss_mask": mask}
+        if len(example["prompt_ids"]) > data.max_prompt_tokens:
+            dropped += 1
+            continue
+        examples.append(example)
+    return examples, dropped
+
+
+def _shard_rows(examples: list[dict], sampler: HFSampler | None, seed: int) -> dict[str, list]:
+    rows = {"prompt_index": [], "input_ids": [], "loss_mask": [], "prompt_length": [], "finish_reason": []}
+    if sampler is None:  # keep the dataset's own answers, masked by the chat template
+        for ex in examples:
+            rows["prompt_index"].append(ex["prompt_index"])
+            rows["input_ids"].append(ex["input_ids"])
+            rows["loss_mask"].append(ex["loss_mask"])
+            rows["prompt_length"].append(len(ex["prompt_ids"]))
+            rows["finish_reason"].append("dataset")
+        return rows
+    answers = sampler.sample([ex["prompt_ids"] for ex in examples], seed=seed)
+    for ex, (completion, reason) in zip(examples, answers):
+        prompt = ex["prompt_ids"]
+        rows["prompt_index"].append(ex["prompt_index"])
+        rows["input_ids"].append(prompt + completion)
+        # The generation prompt ends the template's prefix, so every generated token (and the
+        # end-of-turn token) is inside the assistant span the template's markers would mark.
+        rows["loss_mask"].append([0] * len(prompt) + [1] * len(completion))
+        rows["prompt_length"].append(len(prompt))
+        rows["finish_reason"].append(reason)
+    return rows
+
+
+def _write_manifest(out_dir, target, data, tokenizer, digest, num_shards, dropped, seconds) -> dict:
+    ds = load_distilled(out_dir)
+    reasons = ds["finish_reason"]
+    manifest = {
+        "config_hash": digest,
+        "target": {"name_or_path": target.name_or_path, "revision": target.revision},
+        "tokenizer_hash": tokenizer_hash(tokenizer),
+        "prompts": {"source": data.prompts, "split": data.split, "dropped_too_long": dropped},
+        "backend": data.backend,
+        "regenerate": data.regenerate,
+        "sampling": asdict(data.sampling),
+        "counts": {
+            "samples": len(ds),
+            "tokens": sum(map(len, ds["input_ids"])),
+            "assistant_tokens": int(sum(sum(m) for m in ds["loss_mask"])),
+            "finish_reasons": {r: reasons.count(r) for r in sorted(set(reasons))},
+        },
+        "num_shards": num_shards,
+        "seconds": round(seconds, 1),
+    }
+    atomic_write_text(Path(out_dir) / MANIFEST, json.dumps(manifest, indent=2))
+    return manifest

@@ -1,0 +1,73 @@
+"""Load a target (and its tokenizer) by HF name, local directory or `toyworld:<size>`."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from distill.config import TargetConfig
+from distill.errors import DistillError
+
+TOYWORLD_PREFIX = "toyworld:"
+
+
+def resolve_target(name_or_path: str) -> str:
+    """A loadable name or path: `toyworld:<size>` builds (once) and returns the toy target."""
+    if name_or_path.startswith(TOYWORLD_PREFIX):
+        from distill.toyworld import SIZES, load_world
+
+        size = name_or_path[len(TOYWORLD_PREFIX) :]
+        if size not in SIZES:
+            raise DistillError(f"unknown toy world {name_or_path!r}; use one of {[TOYWORLD_PREFIX + s for s in SIZES]}")
+        return str(load_world(size).target_dir)
+    return name_or_path
+
+
+def toyworld_prompts(name_or_path: str, split: str):
+    """The toy world's prompt file for `split`, or None when the target is not a toy world."""
+    if not name_or_path.startswith(TOYWORLD_PREFIX):
+        return None
+    from distill.toyworld import load_world
+
+    if split not in ("train", "heldout"):
+        raise DistillError(f"the toy world has prompt splits 'train' and 'heldout', not {split!r}; set data.split")
+    return load_world(name_or_path[len(TOYWORLD_PREFIX) :]).prompts_file(split)
+
+
+def torch_dtype(name: str):
+    if name == "auto":
+        return "auto"
+    try:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    except KeyError:
+        raise DistillError(f"unknown dtype {name!r}; use float32, bfloat16, float16 or auto") from None
+
+
+def load_tokenizer(cfg: TargetConfig):
+    path = resolve_target(cfg.name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    except OSError as e:
+        raise DistillError(f"could not load the tokenizer of {cfg.name_or_path!r} ({str(e).splitlines()[0]}); check target.name_or_path") from None
+
+
+def load_target(cfg: TargetConfig, device: torch.device | str = "cpu"):
+    """The frozen target in eval mode on `device`."""
+    path = resolve_target(cfg.name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path,
+            revision=cfg.revision,
+            dtype=torch_dtype(cfg.dtype),
+            trust_remote_code=cfg.trust_remote_code,
+            attn_implementation=cfg.attn_implementation,
+            use_safetensors=True,
+        )
+    except OSError as e:
+        raise DistillError(f"could not load target {cfg.name_or_path!r} ({str(e).splitlines()[0]}); check target.name_or_path") from None
+    model.requires_grad_(False)
+    return model.eval().to(device)
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

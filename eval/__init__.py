@@ -1,0 +1,1 @@
+"""The speculative decoding engine and its measurements. Imports only `heads` of drafthub."""

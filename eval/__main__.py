@@ -1,0 +1,76 @@
+"""`python -m eval drafter=DIR prompts=FILE.jsonl out_dir=DIR [target=NAME_OR_PATH]`.
+
+Measures an exported draft-LM directory against its target (read from the drafter's
+drafthub.json unless given) and writes eval_report.json, eval_samples.jsonl and report.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+from eval.config import EvalConfig
+from eval.errors import EvalError
+
+
+@dataclass
+class EvalAppConfig:
+    drafter: str = MISSING  # exported drafter directory (HF causal LM + drafthub.json)
+    prompts: str = MISSING  # JSONL of {"messages": [...]} conversations
+    out_dir: str = MISSING  # where the report goes
+    target: Optional[str] = None  # target name or path; None = the one in drafter/drafthub.json
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    trust_remote_code: bool = False  # only for targets whose code you trust
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+ConfigStore.instance().store(name="eval_schema", node=EvalAppConfig)
+
+
+def _target_of(drafter: Path) -> str:
+    prov = drafter / "drafthub.json"
+    if not prov.exists():
+        raise EvalError(f"{drafter} has no drafthub.json to name its target; pass target=<name or path>")
+    target = json.loads(prov.read_text())["target"]
+    return target.get("resolved") or target["name_or_path"]
+
+
+@hydra.main(config_path="pkg://conf", config_name="eval", version_base=None)
+def main(cfg) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from eval.prompts import read_prompt_ids
+    from eval.proposer import DraftLMProposer
+    from eval.run import evaluate
+
+    app: EvalAppConfig = OmegaConf.to_object(cfg)
+    try:
+        drafter = Path(app.drafter)
+        if not (drafter / "config.json").exists():
+            raise EvalError(f"{drafter} is not an exported drafter directory (no config.json)")
+        target_name = app.target or _target_of(drafter)
+        device = torch.device(app.device if app.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+        tokenizer = AutoTokenizer.from_pretrained(target_name, trust_remote_code=app.trust_remote_code)
+        target = AutoModelForCausalLM.from_pretrained(target_name, trust_remote_code=app.trust_remote_code, use_safetensors=True).eval().to(device)
+        draft = AutoModelForCausalLM.from_pretrained(drafter, use_safetensors=True).eval().to(device)
+        prompts = read_prompt_ids(app.prompts, tokenizer, app.eval.num_prompts + app.eval.warmup_prompts)
+        eos = target.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos if eos is not None else tokenizer.eos_token_id])
+        names = {"target": target_name, "drafter": str(drafter), "kind": "draft_lm"}
+        report = evaluate(target, DraftLMProposer(draft, len(tokenizer)), prompts, app.eval, eos_ids, len(tokenizer), names, out_dir=app.out_dir)
+    except EvalError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(json.dumps({k: report[k] for k in ("tau", "alpha", "speedup", "predicted_speedup", "lossless")}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Export formats, one module per consumer format."""

@@ -1,0 +1,67 @@
+"""Shared fixtures: everything is built from the micro toy world (seconds on CPU, no downloads)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache_dir(tmp_path_factory):
+    """Use the caller's $DRAFTHUB_CACHE if set (fast reruns), else a per-session temporary one."""
+    if "DRAFTHUB_CACHE" not in os.environ:
+        os.environ["DRAFTHUB_CACHE"] = str(tmp_path_factory.mktemp("drafthub-cache"))
+    yield
+
+
+@pytest.fixture(scope="session")
+def micro_world(_cache_dir):
+    from distill.toyworld import load_world
+
+    return load_world("micro")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(micro_world):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(micro_world.target_dir)
+
+
+@pytest.fixture(scope="session")
+def target(micro_world):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(micro_world.target_dir).eval()
+
+
+@pytest.fixture(scope="session")
+def prompt_ids(micro_world, tokenizer):
+    """A few held-out chat prompts as token ids."""
+    from distill.chat import encode_prompt, prompt_messages
+    from distill.prompts import load_conversations
+
+    convs = load_conversations(str(micro_world.prompts_file("heldout")), "train")
+    return [encode_prompt(tokenizer, prompt_messages(c))[-60:] for c in convs[:6]]
+
+
+@pytest.fixture(scope="session")
+def weak_draft(target, micro_world):
+    """A small random-ish draft LM: it agrees with the target sometimes, so steps both accept and reject."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=target.config.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1, tie_word_embeddings=True)
+    draft = LlamaForCausalLM(cfg).eval()
+    # Share the target's embeddings (projected) so its guesses are correlated with the target's.
+    with torch.no_grad():
+        draft.model.embed_tokens.weight.copy_(target.model.embed_tokens.weight[:, :32])
+    return draft
+
+
+REPO = Path(__file__).resolve().parents[1]

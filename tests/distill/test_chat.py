@@ -1,0 +1,32 @@
+from distill.chat import encode_chat, encode_prompt, prompt_messages
+from distill.toyworld.tokenizer import ASSISTANT, END
+
+
+def test_assistant_mask_covers_exactly_the_assistant_spans(tokenizer):
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "def add(a, b):\n"},
+        {"role": "assistant", "content": "    return a + b\n"},
+        {"role": "user", "content": "class A:\n"},
+        {"role": "assistant", "content": "    pass\n"},
+    ]
+    ids, mask = encode_chat(tokenizer, messages)
+    assert len(ids) == len(mask)
+    # Rebuild the expected mask from the pieces: 1 exactly on each assistant content + its end token.
+    expected = []
+    for m in messages:
+        role_tok = {"system": "<|system|>", "user": "<|user|>", "assistant": ASSISTANT}[m["role"]]
+        head = tokenizer.convert_tokens_to_ids([role_tok])
+        body = tokenizer(m["content"], add_special_tokens=False)["input_ids"] + tokenizer.convert_tokens_to_ids([END])
+        expected_ids = head + body
+        expected += [0] * len(head) + [int(m["role"] == "assistant")] * len(body)
+    assert mask == expected
+    spans = [tokenizer.decode([t for t, k in zip(ids, mask) if k])]
+    assert spans == ["    return a + b\n<|end|>    pass\n<|end|>"]
+
+
+def test_prompt_drops_the_last_assistant_turn_and_adds_the_generation_prompt(tokenizer):
+    messages = [{"role": "user", "content": "x = 1\n"}, {"role": "assistant", "content": "y = 2\n"}]
+    assert prompt_messages(messages) == messages[:1]
+    ids = encode_prompt(tokenizer, prompt_messages(messages))
+    assert tokenizer.decode(ids) == "<|user|>x = 1\n<|end|><|assistant|>"

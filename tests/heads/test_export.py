@@ -1,0 +1,42 @@
+import json
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from heads.config import DraftLMConfig
+from heads.draft_lm import DraftLM
+from heads.formats.hf_causal import export_draft_lm
+
+
+def test_export_loads_with_automodel_and_works_as_assistant_model(tmp_path, target, tokenizer, prompt_ids):
+    torch.manual_seed(0)
+    drafter = DraftLM.from_config(DraftLMConfig(hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2), target.config, tokenizer)
+    provenance = {"kind": "draft_lm", "model_name": "t", "target": {"name_or_path": "toyworld:micro"}, "recipe": {"recipe_name": "test"}, "eval": {"tau": 2.0, "alpha": 0.5, "speedup": 1.2, "lossless": True}}
+    out = export_draft_lm(drafter, tokenizer, tmp_path / "drafter", provenance)
+    assert json.loads((out / "drafthub.json").read_text())["kind"] == "draft_lm"
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: transformers") and "| 2.000 | 0.500 |" in card
+    assert (out / "model.safetensors").exists() and not list(tmp_path.glob(".drafter-*"))
+
+    loaded = AutoModelForCausalLM.from_pretrained(out).eval()
+    ids = torch.tensor([prompt_ids[0]])
+    torch.testing.assert_close(loaded(ids).logits, drafter(ids).logits)
+    kwargs = dict(do_sample=False, max_new_tokens=24, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    assisted = target.generate(ids, assistant_model=loaded, **kwargs)
+    assert torch.equal(assisted, target.generate(ids, **kwargs))
+
+
+def test_lora_drafter_exports_merged_weights(tmp_path, target, tokenizer, prompt_ids):
+    cfg = DraftLMConfig(hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2)
+    cfg.lora.enabled = True
+    torch.manual_seed(0)
+    drafter = DraftLM.from_config(cfg, target.config, tokenizer)
+    with torch.no_grad():  # make the adapters non-trivial
+        for name, p in drafter.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    drafter.save_pretrained(tmp_path / "d")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "d").eval()
+    ids = torch.tensor([prompt_ids[0]])
+    torch.testing.assert_close(loaded(ids).logits, drafter(ids).logits, rtol=1e-4, atol=1e-4)
+    assert not any("lora" in k for k in loaded.state_dict())

@@ -1,0 +1,77 @@
+"""The structured config of `python -m train` and its registration in Hydra's ConfigStore.
+
+Every default lives here; YAML under conf/ and recipes/ only selects and overrides. Unknown keys
+are errors. Recipes are registered as the `recipe` group from recipes/*.yaml.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, List, Optional
+
+from omegaconf import MISSING, OmegaConf
+
+from distill.config import DataConfig, TargetConfig
+from eval.config import EvalConfig
+from heads.config import DraftLMConfig
+
+STAGES = ("distill", "train", "eval", "publish")
+
+
+@dataclass
+class TrainerConfig:
+    loss: str = "fkl"  # fkl | rkl | jsd | tvd | ce (ce: plain CE on the sampled tokens, no teacher)
+    jsd_beta: float = 0.5  # β of the generalised JSD (0.5 = symmetric JSD)
+    kd_temperature: float = 1.0  # softens both distributions before the KD loss
+    lr: float = 3e-3  # peak learning rate (AdamW)
+    weight_decay: float = 0.0
+    warmup_steps: int = 20  # linear warm-up, then cosine decay to 0 at max_steps
+    max_steps: int = 300  # optimizer steps
+    batch_size: int = 16  # global micro-batch (sequences), split across processes
+    grad_accum: int = 1  # micro-batches per optimizer step
+    max_seq_len: int = 512  # longer samples are cut
+    max_grad_norm: float = 1.0
+    mixed_precision: str = "auto"  # auto (bf16 on a capable GPU, else no) | no | bf16 | fp16
+    save_every: int = 100  # checkpoint every N steps (and at the end)
+    keep_last: int = 2  # checkpoints kept on disk
+    resume: bool = True  # continue from the latest checkpoint of this run, if any
+    log_every: int = 10  # steps between tracker logs
+    log_with: List[str] = field(default_factory=list)  # accelerate trackers: tensorboard, wandb
+    seed: int = 0
+
+
+@dataclass
+class PublishConfig:
+    min_tau: float = 1.0  # the drafter must reach this τ in eval to be exported
+    model_name: Optional[str] = None  # name in the model card; default: <recipe>-<kind>
+
+
+@dataclass
+class RunConfig:
+    recipe_name: str = "toy"
+    stages: List[str] = field(default_factory=lambda: list(STAGES))
+    run_dir: Optional[str] = None  # None: runs/<recipe>/<timestamp>, or the latest matching run to resume
+    new_run: bool = False  # true: always start a fresh timestamped run directory
+    eval_split: str = "heldout"  # toy world prompt split (or dataset split) used for eval
+    eval_prompts: Optional[str] = None  # eval prompt source; None = data.prompts
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    target: TargetConfig = field(default_factory=TargetConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    drafter: Any = MISSING  # one of the drafter group's schemas (conf/drafter/)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    publish: PublishConfig = field(default_factory=PublishConfig)
+
+
+def register_configs() -> None:
+    """Register the schemas and the recipe group; called by the entry points, not on import."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+    cs.store(group="drafter", name="draft_lm_schema", node=DraftLMConfig)
+    for entry in resources.files("recipes").iterdir():
+        if entry.name.endswith(".yaml"):
+            node = OmegaConf.create(entry.read_text())
+            cs.store(group="recipe", name=entry.name[: -len(".yaml")], node=node, package="_global_")

@@ -1,0 +1,87 @@
+"""The one training loop every drafter family shares (accelerate: 1 CPU to many GPUs).
+
+forward → loss → backward → step → log → save, in one place; the objective supplies the loss.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from tqdm.auto import tqdm
+from transformers import get_cosine_schedule_with_warmup
+
+from train.checkpoint import load_latest, save_checkpoint
+from train.config import TrainerConfig
+from train.data import BatchOrder
+
+
+def mixed_precision(setting: str) -> str:
+    """`auto` → bf16 on a GPU that supports it, otherwise full precision."""
+    if setting != "auto":
+        return setting
+    return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
+
+
+def build_accelerator(cfg: TrainerConfig, project_dir: Path) -> Accelerator:
+    return Accelerator(
+        mixed_precision=mixed_precision(cfg.mixed_precision),
+        gradient_accumulation_steps=cfg.grad_accum,
+        log_with=list(cfg.log_with) or None,
+        project_dir=str(project_dir),
+    )
+
+
+def train_loop(accelerator: Accelerator, cfg: TrainerConfig, model: torch.nn.Module, objective, dataset, pad_token_id: int, ckpt_dir: Path, config_dict: dict, stop_after: int | None = None) -> dict:
+    """Train `model` with `objective` for cfg.max_steps optimizer steps; return final metrics.
+
+    Resumes from the latest checkpoint in ckpt_dir when cfg.resume, replaying the same batches an
+    uninterrupted run would see, so both end with the same weights.
+
+    Args:
+        stop_after: return after this optimizer step, as a killed run would (tests use it).
+    """
+    set_seed(cfg.seed)
+    order = BatchOrder(dataset, cfg.batch_size, cfg.max_seq_len, pad_token_id, cfg.seed, accelerator.process_index, accelerator.num_processes)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    scheduler = get_cosine_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.max_steps)
+    # prepare() wraps the model (DDP/FSDP/DeepSpeed) and places it; the frozen target stays outside.
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    start = load_latest(accelerator, ckpt_dir, config_dict) if cfg.resume else 0
+    if accelerator.log_with:
+        accelerator.init_trackers("drafthub", config=config_dict)
+
+    model.train()
+    metrics: dict[str, float] = {}
+    bar = tqdm(range(start, cfg.max_steps), initial=start, total=cfg.max_steps, desc="train", disable=not accelerator.is_main_process)
+    for step in bar:
+        for micro in range(cfg.grad_accum):
+            batch = {k: v.to(accelerator.device) for k, v in order.batch(step * cfg.grad_accum + micro).items()}
+            with accelerator.accumulate(model):
+                with accelerator.autocast():
+                    loss, step_metrics = objective(model, batch)
+                accelerator.backward(loss)
+                if accelerator.sync_gradients:
+                    accelerator.clip_grad_norm_(params, cfg.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+        done = step + 1
+        if done % cfg.log_every == 0 or done == cfg.max_steps:
+            # host sync: only every log_every steps
+            metrics = {k: float(v) for k, v in step_metrics.items()} | {"lr": scheduler.get_last_lr()[0]}
+            bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items()})
+            accelerator.log(metrics, step=done)
+        if done % cfg.save_every == 0 or done == cfg.max_steps:
+            save_checkpoint(accelerator, ckpt_dir, done, config_dict, cfg.keep_last)
+        if stop_after is not None and done >= stop_after:
+            return metrics
+    if not metrics and start >= cfg.max_steps:
+        metrics = {"loss": math.nan}
+    accelerator.end_training()
+    return metrics

@@ -1,0 +1,194 @@
+"""Stage orchestration for `python -m train`: distill → train → eval → publish in one run dir.
+
+Each stage records the hash of everything that determines its output; a rerun skips a stage
+whose output carries the current hash, so a crashed run resumes instead of restarting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from distill.chat import encode_prompt, prompt_messages, tokenizer_hash
+from distill.prompts import load_conversations
+from distill.run import distill, config_hash as distill_hash
+from distill.shards import load_distilled, atomic_write_text
+from distill.target import load_target, load_tokenizer, resolve_target, toyworld_prompts
+from eval.proposer import DraftLMProposer
+from eval.run import evaluate
+from heads.draft_lm import DraftLM
+from heads.formats.hf_causal import export_draft_lm
+from train.config import STAGES, RunConfig
+from train.loop import build_accelerator, train_loop
+from train.objectives import DraftLMDistillation
+
+SUMMARY = "train_summary.json"
+
+
+class PipelineError(ValueError):
+    """Bad run setup (stages, run directory, publish gate): message names problem and fix."""
+
+
+def _hash(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class RunPaths:
+    root: Path
+
+    data = property(lambda self: self.root / "data")
+    checkpoints = property(lambda self: self.root / "checkpoints")
+    final = property(lambda self: self.root / "checkpoints" / "final")
+    eval = property(lambda self: self.root / "eval")
+    drafter = property(lambda self: self.root / "drafter")
+
+
+def _identity(cfg: dict) -> dict:
+    """The config minus keys that don't change results (where and which stages run)."""
+    return {k: v for k, v in cfg.items() if k not in ("run_dir", "new_run", "stages", "device")}
+
+
+def resolve_run_dir(cfg: RunConfig, cfg_dict: dict) -> Path:
+    """run_dir if set; else the latest runs/<recipe>/* with the same config; else a new one."""
+    if cfg.run_dir:
+        return Path(cfg.run_dir)
+    base = Path("runs") / cfg.recipe_name
+    if not cfg.new_run and base.exists():
+        for prev in sorted(base.iterdir(), reverse=True):
+            saved = prev / ".hydra" / "config.yaml"
+            if saved.exists() and _identity(OmegaConf.to_container(OmegaConf.load(saved))) == _identity(cfg_dict):
+                print(f"reusing run {prev} (same config; new_run=true starts afresh)")
+                return prev
+    return base / time.strftime("%Y%m%d-%H%M%S")
+
+
+def run_pipeline(config) -> dict:
+    """Run the stages of `config` (a Hydra DictConfig or a RunConfig) in order; return {stage: summary}."""
+    dict_config = config if isinstance(config, DictConfig) else OmegaConf.structured(config)
+    cfg: RunConfig = OmegaConf.to_object(dict_config)
+    unknown = [s for s in cfg.stages if s not in STAGES]
+    if unknown:
+        raise PipelineError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
+    cfg_dict = OmegaConf.to_container(dict_config, resolve=True)
+    paths = RunPaths(resolve_run_dir(cfg, cfg_dict))
+    (paths.root / ".hydra").mkdir(parents=True, exist_ok=True)
+    atomic_write_text(paths.root / ".hydra" / "config.yaml", OmegaConf.to_yaml(dict_config))
+    print(f"run directory: {paths.root}")
+    device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+
+    # Hashes chain: a stage's output is valid while everything upstream is unchanged.
+    h_data = distill_hash(cfg.target, cfg.data)
+    h_train = _hash(h_data, cfg_dict["drafter"], {k: v for k, v in cfg_dict["trainer"].items() if k not in ("resume", "log_every", "log_with", "save_every", "keep_last")})
+    h_eval = _hash(h_train, cfg_dict["eval"], cfg.eval_split, cfg.eval_prompts)
+    h_publish = _hash(h_eval, cfg_dict["publish"])
+    results = {}
+    for stage in cfg.stages:
+        t0 = time.perf_counter()
+        if stage == "distill":
+            results[stage] = distill(cfg.target, cfg.data, paths.data, device)
+        elif stage == "train":
+            results[stage] = _train_stage(cfg, cfg_dict, paths, device, h_train)
+        elif stage == "eval":
+            results[stage] = _eval_stage(cfg, paths, device, h_eval)
+        elif stage == "publish":
+            results[stage] = _publish_stage(cfg, cfg_dict, paths, h_publish)
+        print(f"[{stage}] done in {time.perf_counter() - t0:.1f}s")
+    return results
+
+
+def _read_json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_hash: str) -> dict:
+    done = _read_json(paths.final / SUMMARY)
+    if done and done["stage_hash"] == stage_hash:
+        return done
+    tokenizer = load_tokenizer(cfg.target)
+    target = load_target(cfg.target, device)
+    dataset = load_distilled(paths.data)
+    if cfg.drafter.kind != "draft_lm":
+        raise PipelineError(f"drafter.kind={cfg.drafter.kind!r} is not trainable yet; use drafter=draft_lm")
+    torch.manual_seed(cfg.trainer.seed)  # the fresh draft's initial weights
+    drafter = DraftLM.from_config(cfg.drafter, target.config, tokenizer, cfg.target.trust_remote_code)
+    objective = DraftLMDistillation(target, cfg.trainer.loss, len(tokenizer), cfg.trainer.jsd_beta, cfg.trainer.kd_temperature)
+    accelerator = build_accelerator(cfg.trainer, paths.root)
+    t0 = time.perf_counter()
+    metrics = train_loop(accelerator, cfg.trainer, drafter, objective, dataset, tokenizer.pad_token_id, paths.checkpoints, {"drafter": cfg_dict["drafter"], "trainer": cfg_dict["trainer"]})
+    summary = {"stage_hash": stage_hash, "metrics": metrics, "seconds": round(time.perf_counter() - t0, 1), "parameters": sum(p.numel() for p in drafter.parameters())}
+    if accelerator.is_main_process:
+        accelerator.unwrap_model(drafter).save_pretrained(paths.final)
+        atomic_write_text(paths.final / SUMMARY, json.dumps(summary, indent=2))
+    accelerator.wait_for_everyone()
+    return summary
+
+
+def eval_prompt_ids(cfg: RunConfig, tokenizer, limit: int, max_len: int) -> list[list[int]]:
+    """Held-out prompts as token ids through the target's chat template."""
+    source = cfg.eval_prompts or cfg.data.prompts
+    convs = load_conversations(source, cfg.eval_split, toyworld_prompts(cfg.target.name_or_path, cfg.eval_split))
+    out = []
+    for messages in convs:
+        ids = encode_prompt(tokenizer, prompt_messages(messages))
+        if len(ids) <= max_len:
+            out.append(ids)
+        if len(out) >= limit + cfg.eval.warmup_prompts:
+            break
+    return out
+
+
+def _eval_stage(cfg: RunConfig, paths: RunPaths, device, stage_hash: str) -> dict:
+    done = _read_json(paths.eval / "eval_report.json")
+    if done and done.get("stage_hash") == stage_hash:
+        return done
+    if not (paths.final / SUMMARY).exists():
+        raise PipelineError(f"no trained drafter in {paths.final}; run the train stage first")
+    tokenizer = load_tokenizer(cfg.target)
+    target = load_target(cfg.target, device)
+    draft = DraftLM.from_pretrained(paths.final).model.eval().to(device)
+    max_len = target.config.max_position_embeddings - cfg.eval.max_new_tokens - cfg.eval.num_speculative_tokens - 1
+    prompts = eval_prompt_ids(cfg, tokenizer, cfg.eval.num_prompts, max_len)
+    eos = set(_as_list(target.generation_config.eos_token_id) or [tokenizer.eos_token_id])
+    names = {"target": cfg.target.name_or_path, "drafter": str(paths.final), "kind": cfg.drafter.kind, "stage_hash": stage_hash}
+    return evaluate(target, DraftLMProposer(draft, len(tokenizer)), prompts, cfg.eval, eos, len(tokenizer), names, out_dir=paths.eval)
+
+
+def _publish_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, stage_hash: str) -> dict:
+    done = _read_json(paths.drafter / "drafthub.json")
+    if done and done.get("stage_hash") == stage_hash:
+        return done
+    report = _read_json(paths.eval / "eval_report.json")
+    if report is None:
+        raise PipelineError(f"no eval report in {paths.eval}; run the eval stage before publish")
+    if report["lossless"] is False:
+        raise PipelineError(f"refusing to publish: speculative output differed from the target's on {report['settings']['num_prompts'] - report['lossless_prompts']} prompt(s); see {paths.eval}/eval_samples.jsonl")
+    if report["tau"] < cfg.publish.min_tau:
+        raise PipelineError(f"refusing to publish: τ={report['tau']:.3f} is below publish.min_tau={cfg.publish.min_tau}; train longer or lower the bar")
+    tokenizer = load_tokenizer(cfg.target)
+    manifest = _read_json(paths.data / "manifest.json") or {}
+    provenance = {
+        "stage_hash": stage_hash,
+        "kind": cfg.drafter.kind,
+        "model_name": cfg.publish.model_name or f"{cfg.recipe_name}-{cfg.drafter.kind}",
+        "target": {"name_or_path": cfg.target.name_or_path, "revision": cfg.target.revision, "resolved": resolve_target(cfg.target.name_or_path)},
+        "tokenizer_hash": tokenizer_hash(tokenizer),
+        "data_manifest_hash": manifest.get("config_hash"),
+        "recipe": cfg_dict,
+        "eval": {k: v for k, v in report.items() if k != "stage_hash"},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    export_draft_lm(DraftLM.from_pretrained(paths.final), tokenizer, paths.drafter, provenance)
+    return provenance
+
+
+def _as_list(x):
+    if x is None:
+        return []
+    return list(x) if isinstance(x, (list, tuple)) else [x]
