@@ -1,4 +1,4 @@
-"""`python -m eval drafter=DIR prompts=FILE.jsonl out_dir=DIR [target=NAME_OR_PATH]`.
+"""`python -m eval drafter_dir=DIR prompts=FILE.jsonl out_dir=DIR [target_path=NAME_OR_PATH]`.
 
 Measures an exported draft-LM directory against its target (read from the drafter's
 drafthub.json unless given) and writes eval_report.json, eval_samples.jsonl and report.md.
@@ -22,10 +22,10 @@ from eval.errors import EvalError
 
 @dataclass
 class EvalAppConfig:
-    drafter: str = MISSING  # exported drafter directory (HF causal LM + drafthub.json)
+    drafter_dir: str = MISSING  # exported drafter directory (HF causal LM + drafthub.json)
     prompts: str = MISSING  # JSONL of {"messages": [...]} conversations
     out_dir: str = MISSING  # where the report goes
-    target: Optional[str] = None  # target name or path; None = the one in drafter/drafthub.json
+    target_path: Optional[str] = None  # target name or path; None = the one in drafter/drafthub.json
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     trust_remote_code: bool = False  # only for targets whose code you trust
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -37,7 +37,7 @@ ConfigStore.instance().store(name="eval_schema", node=EvalAppConfig)
 def _target_of(drafter: Path) -> str:
     prov = drafter / "drafthub.json"
     if not prov.exists():
-        raise EvalError(f"{drafter} has no drafthub.json to name its target; pass target=<name or path>")
+        raise EvalError(f"{drafter} has no drafthub.json to name its target; pass target_path=<name or path>")
     target = json.loads(prov.read_text())["target"]
     return target.get("resolved") or target["name_or_path"]
 
@@ -53,10 +53,10 @@ def main(cfg) -> None:
 
     app: EvalAppConfig = OmegaConf.to_object(cfg)
     try:
-        drafter = Path(app.drafter)
+        drafter = Path(app.drafter_dir)
         if not (drafter / "config.json").exists():
             raise EvalError(f"{drafter} is not an exported drafter directory (no config.json)")
-        target_name = app.target or _target_of(drafter)
+        target_name = app.target_path or _target_of(drafter)
         device = torch.device(app.device if app.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
         tokenizer = AutoTokenizer.from_pretrained(target_name, trust_remote_code=app.trust_remote_code)
         target = AutoModelForCausalLM.from_pretrained(target_name, trust_remote_code=app.trust_remote_code, use_safetensors=True).eval().to(device)

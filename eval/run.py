@@ -1,7 +1,7 @@
 """The eval stage: decode held-out prompts autoregressively and speculatively, interleaved, and
 report acceptance, speed and losslessness.
 
-    python -m eval drafter=runs/toy/<ts>/drafter target=<target path> prompts=<prompts.jsonl>
+    python -m eval drafter_dir=runs/toy/<ts>/drafter prompts=<prompts.jsonl> out_dir=<dir>
 """
 
 from __future__ import annotations

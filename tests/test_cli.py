@@ -61,7 +61,7 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world):
     prov = json.loads((run_dir / "drafter" / "drafthub.json").read_text())
     assert prov["target"]["name_or_path"] == "toyworld:micro" and prov["eval"]["tau"] == report["tau"]
     # The standalone eval app measures the exported drafter against the target it names.
-    r = run("eval", f"drafter={run_dir}/drafter", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev", "eval.num_prompts=3", "eval.max_new_tokens=16")
+    r = run("eval", f"drafter_dir={run_dir}/drafter", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev", "eval.num_prompts=3", "eval.max_new_tokens=16")
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1])["lossless"] is True
     # Second run: every stage is found complete and skipped (fast, same report).

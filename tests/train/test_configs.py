@@ -42,7 +42,7 @@ def test_group_option_composes(path):
     OmegaConf.to_object(cfg)
 
 
-@pytest.mark.parametrize("name,overrides", [("distill", ["out_dir=x"]), ("eval", ["drafter=d", "prompts=p.jsonl", "out_dir=o"])])
+@pytest.mark.parametrize("name,overrides", [("distill", ["out_dir=x"]), ("eval", ["drafter_dir=d", "prompts=p.jsonl", "out_dir=o"])])
 def test_stage_apps_compose(name, overrides):
     OmegaConf.to_object(compose(name, overrides=overrides))
 
