@@ -26,6 +26,9 @@ ConfigStore.instance().store(name="distill_schema", node=DistillAppConfig)
 
 @hydra.main(config_path="pkg://conf", config_name="distill", version_base=None)
 def main(cfg) -> None:
+    import datasets
+
+    datasets.disable_progress_bars()  # one bar per stage is ours; shard saves need none
     from distill.run import distill
     from distill.target import default_device
 

@@ -46,7 +46,7 @@ class ShardWriter:
     def write(self, index: int, rows: dict[str, list]) -> None:
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.shard_dir))
         try:
-            datasets.Dataset.from_dict(rows, features=FEATURES).save_to_disk(str(tmp))
+            datasets.Dataset.from_dict(rows, features=FEATURES).save_to_disk(str(tmp))  # bar silenced by the apps
             os.replace(tmp, self.path(index))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -24,7 +24,7 @@ tags:
 # {provenance['model_name']}
 
 A `{kind}` drafter for speculative decoding with target `{target}`, trained by
-[drafthub](https://github.com/) on the target's own answers (recipe `{provenance['recipe']['recipe_name']}`).
+drafthub on the target's own answers (recipe `{provenance['recipe']['recipe_name']}`).
 
 ## Measured acceptance (drafthub eval, {ev.get('settings', {}).get('num_prompts', '?')} held-out prompts)
 

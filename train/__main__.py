@@ -13,6 +13,9 @@ register_configs()
 
 @hydra.main(config_path="pkg://conf", config_name="config", version_base=None)
 def main(cfg) -> None:
+    import datasets
+
+    datasets.disable_progress_bars()  # one bar per stage is ours; shard saves need none
     from distill.errors import DistillError
     from eval.errors import EvalError
     from heads.errors import HeadsError

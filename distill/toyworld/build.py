@@ -24,7 +24,7 @@ from distill.toyworld.config import SIZES, WorldConfig
 from distill.toyworld.target import build_target, heldout_loss, train_target
 from distill.toyworld.tokenizer import train_tokenizer
 
-BUILDER_VERSION = 1  # bump when the build procedure changes what it produces
+BUILDER_VERSION = 2  # bump when the build procedure changes what it produces
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-_SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__"}
+_SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__", "encodings", "pydoc_data"}
+_MAX_FILE_BYTES = 150_000  # larger files are mostly data tables, not code
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ def _path_bucket(relpath: str) -> int:
 
 
 def list_sources(heldout_per_mille: int = 50) -> tuple[list[SourceFile], list[SourceFile]]:
-    """Return (train, heldout) stdlib sources; tests excluded, order fixed by path hash."""
+    """Return (train, heldout) stdlib sources; tests, codec tables and huge data files excluded."""
     root = stdlib_root()
     train, heldout = [], []
     for path in sorted(root.rglob("*.py")):
@@ -41,7 +42,7 @@ def list_sources(heldout_per_mille: int = 50) -> tuple[list[SourceFile], list[So
             text = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, OSError):
             continue
-        if not text.strip():
+        if not text.strip() or len(text) > _MAX_FILE_BYTES:
             continue
         bucket = _path_bucket(rel)
         (heldout if bucket < heldout_per_mille else train).append(SourceFile(rel, text))
