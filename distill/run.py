@@ -66,7 +66,8 @@ def distill(target: TargetConfig, data: DataConfig, out_dir: str | Path, device=
         model = load_target(target, device or default_device())
         s = data.sampling
         sampler = HFSampler(model, tokenizer, s.temperature, s.top_p, s.max_new_tokens, data.batch_size)
-    with tqdm(total=len(examples), initial=sum(len(shards[i]) for i in range(len(shards)) if i not in todo), desc="distill", unit="prompt") as bar:
+    already = sum(len(shard) for i, shard in enumerate(shards) if writer.done(i))
+    with tqdm(total=len(examples), initial=already, desc="distill", unit="prompt") as bar:
         for i in todo:
             writer.write(i, _shard_rows(shards[i], sampler, seed=data.sampling.seed * 1_000_003 + i))
             bar.update(len(shards[i]))

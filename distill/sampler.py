@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from distill.target import eos_token_ids
+
 
 class HFSampler:
     """Answers prompts with the target's own `generate` (temperature / top-p / length cap)."""
@@ -12,7 +14,7 @@ class HFSampler:
         self.model, self.tokenizer = model, tokenizer
         self.temperature, self.top_p = temperature, top_p
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
-        self.eos_ids = set(_as_list(model.generation_config.eos_token_id) or [tokenizer.eos_token_id])
+        self.eos_ids = eos_token_ids(model, tokenizer)
 
     @torch.no_grad()
     def sample(self, prompts: list[list[int]], seed: int) -> list[tuple[list[int], str]]:
@@ -47,9 +49,3 @@ class HFSampler:
             if tok in self.eos_ids:
                 return row[: j + 1], "stop"
         return row, "length"
-
-
-def _as_list(x) -> list[int]:
-    if x is None:
-        return []
-    return list(x) if isinstance(x, (list, tuple)) else [x]

@@ -35,7 +35,7 @@ class ShardWriter:
                     "use another output directory or delete it to start over"
                 )
         else:
-            _atomic_write_text(fp_file, json.dumps(fingerprint, indent=2, sort_keys=True))
+            atomic_write_text(fp_file, json.dumps(fingerprint, indent=2, sort_keys=True))
 
     def path(self, index: int) -> Path:
         return self.shard_dir / f"shard-{index:05d}"
@@ -72,10 +72,8 @@ def load_distilled(data_dir: str | Path) -> datasets.Dataset:
     return datasets.concatenate_datasets([datasets.load_from_disk(str(p)) for p in shards])
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary sibling and rename, so readers never see a half-written file."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-atomic_write_text = _atomic_write_text

@@ -69,5 +69,12 @@ def load_target(cfg: TargetConfig, device: torch.device | str = "cpu"):
     return model.eval().to(device)
 
 
+def eos_token_ids(model, tokenizer) -> set[int]:
+    """The ids that end an answer: the generation config's (one or several), else the tokenizer's."""
+    eos = model.generation_config.eos_token_id
+    ids = eos if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos])
+    return set(ids) or {tokenizer.eos_token_id}
+
+
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

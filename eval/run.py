@@ -60,11 +60,7 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
         spec_seconds += t2 - t1
         ar_tokens += len(ar_out)
         spec_tokens += len(spec_out)
-        total.accept_counts += stats.accept_counts
-        total.draft_seconds += stats.draft_seconds
-        total.target_seconds += stats.target_seconds
-        total.target_forwards += stats.target_forwards
-        total.proposed_tokens += stats.proposed_tokens
+        total.add(stats)
         same = spec_out == ar_out
         lossless_prompts += same
         samples.append({"prompt_ids": p, "speculative_ids": spec_out, "autoregressive_ids": ar_out, "equal": same})

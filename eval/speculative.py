@@ -26,6 +26,14 @@ class DecodeStats:
     target_forwards: int = 0
     proposed_tokens: int = 0
 
+    def add(self, other: "DecodeStats") -> None:
+        """Accumulate another decode's counts and timings into this one."""
+        self.accept_counts += other.accept_counts
+        self.draft_seconds += other.draft_seconds
+        self.target_seconds += other.target_seconds
+        self.target_forwards += other.target_forwards
+        self.proposed_tokens += other.proposed_tokens
+
 
 def _now(device: torch.device) -> float:
     if device.type == "cuda":

@@ -19,7 +19,7 @@ from distill.chat import encode_prompt, prompt_messages, tokenizer_hash
 from distill.prompts import load_conversations
 from distill.run import distill, config_hash as distill_hash
 from distill.shards import load_distilled, atomic_write_text
-from distill.target import load_target, load_tokenizer, resolve_target, toyworld_prompts
+from distill.target import eos_token_ids, load_target, load_tokenizer, resolve_target, toyworld_prompts
 from eval.proposer import DraftLMProposer
 from eval.run import evaluate
 from heads.draft_lm import DraftLM
@@ -39,15 +39,31 @@ def _hash(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunPaths:
+    """Where each stage writes inside a run directory (ARCHITECTURE: Run directory)."""
+
     root: Path
 
-    data = property(lambda self: self.root / "data")
-    checkpoints = property(lambda self: self.root / "checkpoints")
-    final = property(lambda self: self.root / "checkpoints" / "final")
-    eval = property(lambda self: self.root / "eval")
-    drafter = property(lambda self: self.root / "drafter")
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def final(self) -> Path:
+        return self.checkpoints / "final"
+
+    @property
+    def eval(self) -> Path:
+        return self.root / "eval"
+
+    @property
+    def drafter(self) -> Path:
+        return self.root / "drafter"
 
 
 def _identity(cfg: dict) -> dict:
@@ -155,7 +171,7 @@ def _eval_stage(cfg: RunConfig, paths: RunPaths, device, stage_hash: str) -> dic
     draft = DraftLM.from_pretrained(paths.final).model.eval().to(device)
     max_len = target.config.max_position_embeddings - cfg.eval.max_new_tokens - cfg.eval.num_speculative_tokens - 1
     prompts = eval_prompt_ids(cfg, tokenizer, cfg.eval.num_prompts, max_len)
-    eos = set(_as_list(target.generation_config.eos_token_id) or [tokenizer.eos_token_id])
+    eos = eos_token_ids(target, tokenizer)
     names = {"target": cfg.target.name_or_path, "drafter": str(paths.final), "kind": cfg.drafter.kind, "stage_hash": stage_hash}
     return evaluate(target, DraftLMProposer(draft, len(tokenizer)), prompts, cfg.eval, eos, len(tokenizer), names, out_dir=paths.eval)
 
@@ -186,9 +202,3 @@ def _publish_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, stage_hash: 
     }
     export_draft_lm(DraftLM.from_pretrained(paths.final), tokenizer, paths.drafter, provenance)
     return provenance
-
-
-def _as_list(x):
-    if x is None:
-        return []
-    return list(x) if isinstance(x, (list, tuple)) else [x]
