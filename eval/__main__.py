@@ -65,11 +65,11 @@ def main(cfg) -> None:
         eos = target.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos if eos is not None else tokenizer.eos_token_id])
         names = {"target": target_name, "drafter": str(drafter), "kind": "draft_lm"}
-        report = evaluate(target, DraftLMProposer(draft, len(tokenizer)), prompts, app.eval, eos_ids, len(tokenizer), names, out_dir=app.out_dir)
+        report = evaluate(target, DraftLMProposer(draft, len(tokenizer), tree=app.eval.tree), prompts, app.eval, eos_ids, len(tokenizer), names, out_dir=app.out_dir)
     except EvalError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    print(json.dumps({k: report[k] for k in ("tau", "alpha", "speedup", "predicted_speedup", "lossless")}))
+    print(json.dumps({k: report[k] for k in ("tau", "alpha", "speedup", "predicted_speedup", "lossless", "recommended_num_speculative_tokens")}))
 
 
 if __name__ == "__main__":

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Optional
 
 
 @dataclass
 class EvalConfig:
-    num_prompts: int = 32  # held-out prompts decoded (each twice: autoregressive and speculative)
+    num_prompts: int = 32  # held-out prompts decoded (autoregressively, then speculatively per γ)
     max_new_tokens: int = 64  # tokens decoded per prompt
-    num_speculative_tokens: int = 4  # γ: draft tokens proposed per target forward
+    num_speculative_tokens: int = 4  # γ: draft tokens proposed per target forward (chains)
+    gamma_sweep: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8])  # γ values also measured to recommend one; [] = off
+    tree: Optional[list[int]] = None  # draft-LM token tree: children per depth, e.g. [3, 2, 1]; null = chain of γ
+    batch_size: int = 1  # rows decoded together (chain or tree; speedup compares like with like)
     temperature: float = 0.0  # 0 = greedy (losslessness checked token for token)
-    top_p: float = 1.0
-    top_k: int = 0
+    top_p: float = 1.0  # nucleus sampling, applied to target and drafter alike
+    top_k: int = 0  # 0 = off; applied to target and drafter alike
+    acceptance: str = "exact"  # exact = lossless rejection sampling | typical = Medusa's typical acceptance (lossy)
+    typical_threshold: float = 0.09  # typical acceptance: ε
+    typical_alpha: float = 0.3  # typical acceptance: δ (bar = min(ε, δ·exp(−entropy)))
     seed: int = 0  # sampling RNG seed
     warmup_prompts: int = 2  # untimed runs first, so allocator and kernel warm-up don't count

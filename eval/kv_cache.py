@@ -1,11 +1,23 @@
-"""KV-cache rollback on transformers' DynamicCache.
+"""The engine's KV cache: transformers' DynamicCache plus a per-slot validity mask.
 
-Rollback drops the entries of rejected draft tokens, so the cache again equals the cache a fresh
-forward over the accepted tokens would build (tested against a recompute).
+Why a mask: rows of a batch accept different numbers of draft tokens, and a token tree keeps
+one root-to-leaf path out of many nodes. Rather than copying caches per row, a slot that no
+longer belongs to its row's sequence is marked invalid and masked out of attention; each row's
+position ids count only its valid slots. Slot order does not matter to attention (keys are
+stored already rotated), so the same 4D mask serves prompts, chains and trees.
+
+Rules that keep the cache equal to a fresh forward over the accepted tokens (tested against a
+recompute): `rollback(n)` keeps each row's first n valid slots; `keep_last(kept)` moves the kept
+nodes of the last fed block to its front, in order, and drops the rest; columns invalid in every
+row are cropped off the end. With one row and a chain every rollback is a crop, the cache stays
+dense and the model runs its own causal-mask path (no mask tensors at all).
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
+import torch
 from transformers import DynamicCache
 
 
@@ -14,3 +26,109 @@ def truncate(cache: DynamicCache, length: int) -> None:
     excess = cache.get_seq_length() - length
     if excess > 0:
         cache.crop(-excess)
+
+
+def ancestor_mask(parents: torch.Tensor) -> torch.Tensor:
+    """(B, m) parent index per node (−1 = none, parents[j] < j) → (B, m, m) bool: node i sees node j.
+
+    A node sees itself and its ancestors; for a chain (parents[j] = j − 1) this is the causal mask.
+    """
+    batch, m = parents.shape
+    seen = torch.eye(m, dtype=torch.bool, device=parents.device).repeat(batch, 1, 1)  # (B, m, m)
+    rows = torch.arange(batch, device=parents.device)
+    for j in range(1, m):  # parents precede children, so each parent's row is final when read
+        par = parents[:, j]
+        has = par >= 0
+        seen[rows[has], j] |= seen[rows[has], par[has]]
+    return seen
+
+
+def _check_full_attention(model) -> None:
+    """Slot surgery and our 4D masks assume every layer attends to every earlier token."""
+    kinds = set(getattr(model.config, "layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"}:
+        raise ValueError(f"{model.config.model_type} layers of type {sorted(kinds - {'full_attention'})} are not supported; the engine needs full attention in every layer")
+
+
+class SlotCache:
+    """A batch KV cache whose slots may be invalid (see the module docstring)."""
+
+    def __init__(self, batch_size: int, device: torch.device):
+        self.cache = DynamicCache()
+        self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)  # (B, S)
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """(B,) number of sequence tokens cached per row."""
+        return self.valid.sum(1)
+
+    def forward(self, model, input_ids: torch.Tensor, parents: Optional[torch.Tensor] = None, input_valid: Optional[torch.Tensor] = None, **kwargs):
+        """Run `model` on a block of new tokens appended to the cache.
+
+        Args:
+            input_ids: (B, m) tokens; each row's block continues that row's valid slots.
+            parents: (B, m) parent index within the block per node (−1 = attaches to the cached
+                sequence; parents[j] < j). None = a chain (parents[j] = j − 1).
+            input_valid: (B, m) False for padding in the block (never attended, never counted).
+        Returns:
+            the model output; logits (B, m, V) follow each node's own path.
+        """
+        _check_full_attention(model)
+        batch, m = input_ids.shape
+        dense = parents is None and input_valid is None and bool(self.valid.all())  # host sync
+        if input_valid is None:
+            input_valid = torch.ones_like(input_ids, dtype=torch.bool)
+        if dense:  # every slot valid and a plain chain: the model's own causal path is exact
+            out = model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, **kwargs)
+        else:
+            if parents is None:
+                parents = torch.arange(-1, m - 1, device=input_ids.device).expand(batch, m)
+            ancestors = ancestor_mask(parents)  # (B, m, m)
+            # Padding hides from every other node but still sees itself, so no row is all-masked.
+            see_block = ancestors & (input_valid[:, None, :] | torch.eye(m, dtype=torch.bool, device=input_ids.device))
+            see = torch.cat([self.valid[:, None, :].expand(batch, m, -1), see_block], dim=2)  # (B, m, S+m)
+            depth = (ancestors & input_valid[:, None, :]).sum(-1) - 1  # (B, m) valid ancestors
+            position_ids = self.lengths[:, None] + depth.clamp_min(0)
+            dtype = next(model.parameters()).dtype
+            mask = torch.zeros(see.shape, dtype=dtype, device=see.device).masked_fill(~see, torch.finfo(dtype).min)
+            out = model(input_ids=input_ids, attention_mask=mask[:, None], position_ids=position_ids, past_key_values=self.cache, use_cache=True, **kwargs)
+        self.valid = torch.cat([self.valid, input_valid], dim=1)
+        return out
+
+    def feed(self, model, rows: list[list[int]], **kwargs):
+        """Forward ragged per-row token lists, left-padded so column −1 is each row's last token."""
+        width = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        valid = torch.zeros(len(rows), width, dtype=torch.bool)
+        for i, r in enumerate(rows):
+            if r:
+                ids[i, width - len(r) :] = torch.tensor(r)
+                valid[i, width - len(r) :] = True
+        device = self.valid.device
+        return self.forward(model, ids.to(device), input_valid=None if bool(valid.all()) else valid.to(device), **kwargs)
+
+    def rollback(self, num_valid: torch.Tensor) -> None:
+        """Keep each row's first num_valid[b] valid slots (B,); the rest become invalid."""
+        self.valid &= self.valid.cumsum(1) <= num_valid.to(self.valid.device)[:, None]
+        self._crop()
+
+    def keep_last(self, kept: torch.Tensor) -> None:
+        """kept: (B, m) bool over the last fed block. Kept nodes move to the block's front in order."""
+        m = kept.shape[1]
+        start = self.valid.shape[1] - m
+        order = torch.argsort((~kept).to(torch.int8), dim=1, stable=True)  # (B, m) kept first
+        if not bool((order == torch.arange(m, device=order.device)).all()):  # host sync; chains skip the copy
+            for layer in self.cache.layers:
+                idx = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])  # (B, heads, m, d)
+                layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys[:, :, start:].gather(2, idx)], dim=2)
+                layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, start:].gather(2, idx)], dim=2)
+        block = self.valid[:, start:].gather(1, order) & kept.gather(1, order)
+        self.valid = torch.cat([self.valid[:, :start], block], dim=1)
+        self._crop()
+
+    def _crop(self) -> None:
+        """Drop trailing columns that are invalid in every row."""
+        used = self.valid.any(0).nonzero()  # host sync
+        length = int(used[-1]) + 1 if len(used) else 0
+        truncate(self.cache, length)
+        self.valid = self.valid[:, :length]

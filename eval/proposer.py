@@ -1,8 +1,11 @@
-"""The proposer interface the engine talks to, and the draft LM's implementation.
+"""The one interface between the engine and every drafter, and the draft LM's implementation.
 
-A proposer keeps its own KV cache over the accepted tokens. `propose` returns γ draft tokens
-(a chain) with the draft probabilities q used by lossless verification; `rollback` tells it how
-many tokens of the sequence survived verification.
+A proposer keeps whatever state it needs (its own KV cache, target features) over the tokens
+verified so far. Each step the engine asks it for a proposal — a chain or a tree of draft
+tokens per row, with the distributions q they were drawn from — verifies it with one target
+forward, then tells the proposer how many tokens of each row survived (`accept`), passing the
+target's hidden states of the newly verified tokens when the proposer asked for them.
+Medusa and EAGLE proposers implement the same three methods.
 """
 
 from __future__ import annotations
@@ -11,63 +14,113 @@ from dataclasses import dataclass
 from typing import Optional, Protocol
 
 import torch
-from transformers import DynamicCache
 
-from eval.kv_cache import truncate
+from eval.kv_cache import SlotCache
 from eval.sampling import SamplingParams, probs_from_logits, sample
 
 
 @dataclass
 class Proposal:
-    draft_tokens: torch.Tensor  # (γ,)
-    draft_probs: Optional[torch.Tensor]  # (γ, V) q; None under greedy decoding
-    parents: Optional[torch.Tensor] = None  # (γ,) parent index per node for trees; None = chain
+    """Draft nodes per row, in topological order (a parent precedes its children).
+
+    Chains have parents None: node j continues node j − 1. Trees give each node's parent index
+    (−1 = the node continues the last verified token). Siblings drawn for lossless tree
+    verification must be independent draws from their q.
+    """
+
+    draft_tokens: torch.Tensor  # (B, N)
+    draft_probs: Optional[torch.Tensor] = None  # (B, N, V) q each node was drawn from; None when greedy
+    parents: Optional[torch.Tensor] = None  # (B, N) parent node index, −1 = root; None = chain
+
+
+@dataclass
+class TargetFeatures:
+    """Target hidden states of newly verified tokens, in sequence order per row."""
+
+    states: torch.Tensor  # (B, K, F): hidden_states at the proposer's layer ids, concatenated
+    valid: torch.Tensor  # (B, K) bool: row b's tokens are the first valid[b].sum() entries
 
 
 class Proposer(Protocol):
-    def reset(self) -> None: ...
+    # HF output_hidden_states ids the drafter reads (hidden_states[k] enters decoder layer k);
+    # () = the drafter needs no target signal.
+    target_layer_ids: tuple[int, ...]
 
-    def propose(self, tokens: torch.Tensor, num_speculative_tokens: int, params: SamplingParams, generator=None) -> Proposal: ...
+    def reset(self, batch_size: int, device: torch.device) -> None:
+        """Forget all state; a new batch of sequences starts."""
 
-    def rollback(self, num_valid: int) -> None: ...
+    def propose(self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None) -> Proposal:
+        """Draft continuations of each row's verified sequence (prompt + accepted tokens)."""
+
+    def accept(self, num_valid: torch.Tensor, features: Optional[TargetFeatures] = None) -> None:
+        """The first num_valid[b] tokens of row b are verified; features cover those new since the last call."""
 
 
 class DraftLMProposer:
-    """Chain proposals from an independent draft LM with a KV cache.
+    """Chain or tree proposals from an independent draft LM sharing the target's tokenizer.
 
-    Cache rule: the cache holds the first `cache_len` tokens of the current sequence. After
-    verification `rollback(n)` crops it to the n tokens still valid; the next `propose` feeds
-    whatever the cache lacks (the corrected/bonus token, and the last draft token when all
-    were accepted) before drafting.
+    Cache rule: the draft's SlotCache holds a prefix of each row's sequence. `propose` feeds what
+    it lacks (the prompt at first; later the corrected token, or the last draft and the bonus
+    token when all were accepted), then drafts. A chain takes γ forwards and never feeds its last
+    token (it may be rejected). A tree (`tree` = branching per depth, e.g. [3, 2, 1]) takes one
+    forward per depth over the whole tree so far, which is dropped again, so the cache never
+    holds unverified nodes. `accept` rolls the cache back to the verified tokens.
+
+    Tree children are the top-k draft tokens under greedy decoding and k independent draws from
+    q under sampling — what lossless tree verification requires.
     """
 
-    def __init__(self, model: torch.nn.Module, vocab_size: int):
-        self.model, self.vocab_size = model, vocab_size
-        self.reset()
+    target_layer_ids: tuple[int, ...] = ()
 
-    def reset(self) -> None:
-        self.cache, self.cache_len = DynamicCache(), 0
+    def __init__(self, model: torch.nn.Module, vocab_size: int, tree: Optional[list[int]] = None):
+        self.model, self.vocab_size, self.tree = model, vocab_size, list(tree or [])
+        self.cache: Optional[SlotCache] = None
+
+    def reset(self, batch_size: int = 1, device: Optional[torch.device] = None) -> None:
+        self.cache = SlotCache(batch_size, device or next(self.model.parameters()).device)
 
     @torch.no_grad()
-    def propose(self, tokens: torch.Tensor, num_speculative_tokens: int, params: SamplingParams, generator=None) -> Proposal:
-        """tokens: (1, n) the accepted sequence. Returns γ draft tokens continuing it."""
-        feed = tokens[:, self.cache_len :]  # (1, n - cache_len)
+    def propose(self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None) -> Proposal:
+        lengths = self.cache.lengths.tolist()  # host sync: one per step
+        logits = self.cache.feed(self.model, [s[n:] for s, n in zip(sequences, lengths)]).logits[:, -1, : self.vocab_size]  # (B, V)
+        if self.tree:
+            return self._propose_tree(logits, params, generator)
         draft_tokens, draft_probs = [], []
         for i in range(num_speculative_tokens):
-            logits = self.model(input_ids=feed, past_key_values=self.cache, use_cache=True).logits[0, -1, : self.vocab_size]
-            self.cache_len += feed.shape[1]
+            if i:
+                logits = self.cache.forward(self.model, token[:, None]).logits[:, -1, : self.vocab_size]
             if params.greedy:
-                token = logits.argmax(-1)
+                token = logits.argmax(-1)  # (B,)
             else:
-                q = probs_from_logits(logits, params)
+                q = probs_from_logits(logits, params)  # (B, V)
                 token = sample(q, generator)
                 draft_probs.append(q)
             draft_tokens.append(token)
-            feed = token.view(1, 1)
-        # The last draft token is not fed: if it is accepted the next round feeds it.
-        return Proposal(torch.stack(draft_tokens), torch.stack(draft_probs) if draft_probs else None)
+        return Proposal(torch.stack(draft_tokens, 1), torch.stack(draft_probs, 1) if draft_probs else None)
 
-    def rollback(self, num_valid: int) -> None:
-        if self.cache_len > num_valid:
-            truncate(self.cache, num_valid)
-            self.cache_len = num_valid
+    def _propose_tree(self, root_logits: torch.Tensor, params: SamplingParams, generator=None) -> Proposal:
+        """Expand every frontier node into `k` children per depth; root_logits: (B, V)."""
+        batch, device = root_logits.shape[0], root_logits.device
+        verified = self.cache.lengths
+        tokens = torch.zeros(batch, 0, dtype=torch.long, device=device)
+        parents = torch.zeros(batch, 0, dtype=torch.long, device=device)
+        probs, frontier, frontier_logits = [], torch.tensor([-1], device=device), root_logits[:, None]  # (B, F, V)
+        for depth, k in enumerate(self.tree):
+            fanout = len(frontier) * k
+            if params.greedy:
+                children = frontier_logits.topk(k, dim=-1).indices.reshape(batch, fanout)  # distinct top-k
+            else:
+                q = probs_from_logits(frontier_logits, params)  # (B, F, V)
+                children = torch.multinomial(q.reshape(-1, q.shape[-1]), k, replacement=True, generator=generator).reshape(batch, fanout)
+                probs.append(q.repeat_interleave(k, dim=1))  # (B, F·k, V): each child's q is its parent's
+            tokens = torch.cat([tokens, children], dim=1)
+            parents = torch.cat([parents, frontier.repeat_interleave(k).expand(batch, -1)], dim=1)
+            frontier = torch.arange(tokens.shape[1] - fanout, tokens.shape[1], device=device)
+            if depth + 1 < len(self.tree):  # the deepest nodes need no draft forward
+                out = self.cache.forward(self.model, tokens, parents)
+                frontier_logits = out.logits[:, frontier, : self.vocab_size]
+                self.cache.rollback(verified)  # tree nodes never stay in the draft cache
+        return Proposal(tokens, torch.cat(probs, dim=1) if probs else None, parents)
+
+    def accept(self, num_valid: torch.Tensor, features: Optional[TargetFeatures] = None) -> None:
+        self.cache.rollback(num_valid)

@@ -19,28 +19,43 @@ def write_report(out_dir: str | Path, report: dict, samples: list[dict]) -> None
     out.mkdir(parents=True, exist_ok=True)
     _atomic_text(out / "eval_samples.jsonl", "".join(json.dumps(s) + "\n" for s in samples))
     _plot_acceptance(out / "acceptance.png", report["per_position_acceptance"])
+    if report["gamma_sweep"]:
+        _plot_sweep(out / "gamma_sweep.png", report["gamma_sweep"])
     _atomic_text(out / "report.md", render_markdown(report))
     _atomic_text(out / "eval_report.json", json.dumps(report, indent=2))
 
 
+def _fmt(x, spec=".3f"):
+    return "–" if x is None else format(x, spec)
+
+
 def render_markdown(r: dict) -> str:
     s = r["settings"]
+    shape = f"tree {s['tree']} (children per depth)" if s["tree"] else f"chain, γ = {s['num_speculative_tokens']}"
+    sampling = "greedy" if s["temperature"] <= 0 else f"temperature {s['temperature']}, top-p {s['top_p']}, top-k {s['top_k'] or 'off'}"
     rows = "\n".join(f"| {i + 1} | {a:.3f} |" for i, a in enumerate(r["per_position_acceptance"]))
-    return f"""# Speculative decoding report
+    per_step = r["seconds_per_step"]
+    text = f"""# Speculative decoding report
 
 Drafter `{r['drafter']}` ({r['kind']}) on target `{r['target']}`; {s['num_prompts']} prompts,
-{s['max_new_tokens']} new tokens each, γ = {s['num_speculative_tokens']}, {'greedy' if s['temperature'] <= 0 else f"temperature {s['temperature']}, top-p {s['top_p']}"}.
+{s['max_new_tokens']} new tokens each, batch size {s['batch_size']}, {shape}, {sampling};
+acceptance: {r['acceptance_rule']}.
 
 | metric | value |
 |---|---|
 | τ (mean accepted length, bonus included) | {r['tau']:.3f} |
 | α (draft acceptance rate) | {r['alpha']:.3f} |
 | speedup vs our KV-cached autoregressive decoding | {r['speedup']:.3f}× |
-| predicted speedup (Leviathan et al. 2023) | {r['predicted_speedup']:.3f}× |
+| predicted speedup (Leviathan et al. 2023, from α and c) | {_fmt(r['predicted_speedup'])}× |
+| predicted speedup from the measured τ and c | {r['predicted_speedup_from_tau']:.3f}× |
 | cost ratio c (drafter s/token ÷ target s/forward) | {r['cost_ratio']:.3f} |
 | speculative tokens/s | {r['tokens_per_second']['speculative']:.1f} |
 | autoregressive tokens/s | {r['tokens_per_second']['autoregressive']:.1f} |
-| lossless (greedy output == target greedy output) | {r['lossless']} ({r['lossless_prompts']}/{s['num_prompts']} prompts) |
+| lossless | {r['lossless']} ({r['lossless_prompts']}/{s['num_prompts']} outputs equal the target's greedy output) |
+| recommended `num_speculative_tokens` | {r['recommended_num_speculative_tokens']} |
+
+Time per step: draft {per_step['draft'] * 1e3:.2f} ms, target forward {per_step['target_forward'] * 1e3:.2f} ms,
+accept/reject and cache {per_step['verify_and_cache'] * 1e3:.2f} ms, other {per_step['other'] * 1e3:.2f} ms.
 
 ## Per-position acceptance
 Share of steps that accepted at least i draft tokens.
@@ -51,21 +66,61 @@ Share of steps that accepted at least i draft tokens.
 
 ![per-position acceptance](acceptance.png)
 """
+    if r["gamma_sweep"]:
+        sweep = "\n".join(
+            f"| {g['num_speculative_tokens']} | {g['tau']:.3f} | {g['alpha']:.3f} | {g['speedup']:.3f}× | {_fmt(g['predicted_speedup'])}× | {g['cost_ratio']:.3f} |" for g in r["gamma_sweep"]
+        )
+        text += f"""
+## γ sweep
+Same prompts, decoded at each γ; the recommended `num_speculative_tokens` is the fastest.
+
+| γ | τ | α | speedup | predicted | c |
+|---|---|---|---|---|---|
+{sweep}
+
+![τ and speedup vs γ](gamma_sweep.png)
+"""
+    return text
 
 
-def _plot_acceptance(path: Path, per_position: list[float]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on servers
+def _save(fig, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(4, 3))
-    ax.bar(range(1, len(per_position) + 1), per_position)
-    ax.set_xlabel("draft position i")
-    ax.set_ylabel("P(accepted ≥ i)")
-    ax.set_ylim(0, 1)
     fig.tight_layout()
     tmp = path.with_name(f".{path.stem}.tmp.png")
     fig.savefig(tmp)
     plt.close(fig)
     os.replace(tmp, path)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _plot_acceptance(path: Path, per_position: list[float]) -> None:
+    fig, ax = _pyplot().subplots(figsize=(4, 3))
+    ax.bar(range(1, len(per_position) + 1), per_position)
+    ax.set_xlabel("draft position i")
+    ax.set_ylabel("P(accepted ≥ i)")
+    ax.set_ylim(0, 1)
+    _save(fig, path)
+
+
+def _plot_sweep(path: Path, sweep: list[dict]) -> None:
+    gammas = [g["num_speculative_tokens"] for g in sweep]
+    fig, (left, right) = _pyplot().subplots(1, 2, figsize=(8, 3))
+    left.plot(gammas, [g["tau"] for g in sweep], marker="o")
+    left.set_xlabel("γ (num_speculative_tokens)")
+    left.set_ylabel("τ (tokens per target forward)")
+    right.plot(gammas, [g["speedup"] for g in sweep], marker="o", label="measured")
+    right.plot(gammas, [g["predicted_speedup"] for g in sweep], marker="x", linestyle="--", label="predicted (α, c)")
+    right.axhline(1.0, color="grey", linewidth=0.8)
+    right.set_xlabel("γ (num_speculative_tokens)")
+    right.set_ylabel("speedup ×")
+    right.legend()
+    _save(fig, path)

@@ -1,5 +1,5 @@
-"""The eval stage: decode held-out prompts autoregressively and speculatively, interleaved, and
-report acceptance, speed and losslessness.
+"""The eval stage: decode held-out prompts autoregressively and speculatively (at the configured
+γ and across a γ sweep), interleaved, and report acceptance, speed and losslessness.
 
     python -m eval drafter_dir=runs/toy/<ts>/drafter prompts=<prompts.jsonl> out_dir=<dir>
 """
@@ -7,16 +7,39 @@ report acceptance, speed and losslessness.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 
 import torch
 
 from eval.config import EvalConfig
-from eval.metrics import predicted_speedup, summarize
+from eval.errors import EvalError
+from eval.metrics import predicted_speedup, predicted_speedup_from_tau, summarize
 from eval.proposer import Proposer
 from eval.report import write_report
 from eval.sampling import SamplingParams
-from eval.speculative import DecodeStats, autoregressive_generate, speculative_generate
+from eval.speculative import Acceptance, DecodeStats, autoregressive_generate, speculative_generate
+
+
+@dataclass
+class _Tally:
+    """Everything measured for one γ across all prompts."""
+
+    stats: DecodeStats = field(default_factory=DecodeStats)
+    seconds: float = 0.0
+    tokens: int = 0
+    equal_rows: int = 0
+    outputs: list = field(default_factory=list)
+
+
+def _check(cfg: EvalConfig) -> None:
+    if cfg.acceptance not in ("exact", "typical"):
+        raise EvalError(f"eval.acceptance={cfg.acceptance!r} is not a rule; use exact (lossless) or typical (Medusa's, lossy)")
+    if cfg.num_speculative_tokens < 1 or any(g < 1 for g in cfg.gamma_sweep):
+        raise EvalError("eval.num_speculative_tokens and every eval.gamma_sweep value must be ≥ 1")
+    if cfg.tree is not None and (not cfg.tree or any(k < 1 for k in cfg.tree)):
+        raise EvalError(f"eval.tree={cfg.tree} must list ≥ 1 children per depth, e.g. [3, 2, 1]")
+    if cfg.batch_size < 1:
+        raise EvalError("eval.batch_size must be ≥ 1")
 
 
 def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConfig, eos_ids: set[int], vocab_size: int, names: dict, out_dir=None) -> dict:
@@ -27,66 +50,92 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
     Returns:
         the report dict (also eval_report.json).
     """
+    _check(cfg)
     if not prompts:
-        raise ValueError("no eval prompts")
+        raise EvalError("no eval prompts")
     device = next(target.parameters()).device
     params = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k)
-    gamma = cfg.num_speculative_tokens
-    prompts = prompts[: cfg.num_prompts]
+    acceptance = Acceptance(cfg.acceptance, cfg.typical_threshold, cfg.typical_alpha)
+    # Trees have no γ: their shape is the tree. Chains are measured at γ and across the sweep.
+    gammas = [cfg.num_speculative_tokens] if cfg.tree else sorted({cfg.num_speculative_tokens, *cfg.gamma_sweep})
     generator = torch.Generator(device=device).manual_seed(cfg.seed)
+    warmup, prompts = prompts[: cfg.warmup_prompts], prompts[: cfg.num_prompts]
 
-    def run_ar(ids):
-        return autoregressive_generate(target, ids, cfg.max_new_tokens, params, eos_ids, vocab_size, generator)
+    def run_ar(batch):
+        return autoregressive_generate(target, batch, cfg.max_new_tokens, params, eos_ids, vocab_size, generator)
 
-    def run_spec(ids):
-        return speculative_generate(target, proposer, ids, cfg.max_new_tokens, gamma, params, eos_ids, vocab_size, generator)
+    def run_spec(batch, gamma):
+        return speculative_generate(target, proposer, batch, cfg.max_new_tokens, gamma, params, eos_ids, vocab_size, generator, acceptance)
 
-    for p in prompts[: cfg.warmup_prompts]:  # warm-up, untimed
-        ids = torch.tensor([p], device=device)
-        run_ar(ids), run_spec(ids)
+    for p in warmup:  # untimed
+        run_ar([p]), [run_spec([p], g) for g in gammas]
 
-    total = DecodeStats()
-    ar_seconds = spec_seconds = 0.0
-    ar_tokens = spec_tokens = 0
-    samples, lossless_prompts = [], 0
-    for p in prompts:  # interleaved, so machine noise hits both sides alike
-        ids = torch.tensor([p], device=device)
+    ar = _Tally()
+    spec = {g: _Tally() for g in gammas}
+    for start in range(0, len(prompts), cfg.batch_size):  # interleaved, so machine noise hits every side alike
+        batch = prompts[start : start + cfg.batch_size]
         t0 = time.perf_counter()
-        ar_out = run_ar(ids)
-        t1 = time.perf_counter()
-        spec_out, stats = run_spec(ids)
-        t2 = time.perf_counter()
-        ar_seconds += t1 - t0
-        spec_seconds += t2 - t1
-        ar_tokens += len(ar_out)
-        spec_tokens += len(spec_out)
-        total.add(stats)
-        same = spec_out == ar_out
-        lossless_prompts += same
-        samples.append({"prompt_ids": p, "speculative_ids": spec_out, "autoregressive_ids": ar_out, "equal": same})
+        ar_out = run_ar(batch)
+        ar.seconds += time.perf_counter() - t0
+        ar.tokens += sum(map(len, ar_out))
+        ar.outputs += ar_out
+        for g in gammas:
+            t0 = time.perf_counter()
+            out, stats = run_spec(batch, g)
+            spec[g].seconds += time.perf_counter() - t0
+            spec[g].tokens += sum(map(len, out))
+            spec[g].stats.add(stats)
+            spec[g].equal_rows += sum(o == a for o, a in zip(out, ar_out))
+            spec[g].outputs += out
 
-    summary = summarize(total.accept_counts, gamma, spec_tokens, total.target_forwards)
-    cost_ratio = (total.draft_seconds / total.proposed_tokens) / (total.target_seconds / total.target_forwards)
-    ar_tps, spec_tps = ar_tokens / ar_seconds, spec_tokens / spec_seconds
+    depth = len(cfg.tree) if cfg.tree else None
+    sweep = [_figures(spec[g], ar, depth or g, is_chain=not cfg.tree) | {"num_speculative_tokens": g} for g in gammas]
+    main = sweep[gammas.index(cfg.num_speculative_tokens)]
+    best = max(sweep, key=lambda row: row["speedup"])
+    lossless = params.greedy or acceptance.rule == "exact"
     report = {
         **names,
-        "tau": summary["tau"],
-        "alpha": summary["alpha"],
-        "per_position_acceptance": summary["per_position_acceptance"],
-        "speedup": spec_tps / ar_tps,
-        "predicted_speedup": predicted_speedup(summary["alpha"], gamma, cost_ratio),
-        "cost_ratio": cost_ratio,
-        "tokens_per_second": {"speculative": spec_tps, "autoregressive": ar_tps},
-        "tokens": {"speculative": spec_tokens, "autoregressive": ar_tokens},
-        "steps": summary["steps"],
-        # Greedy: every prompt's speculative output must equal the target's own. Sampling: the
-        # outputs differ by chance; exactness rests on rejection sampling (tested statistically).
-        "lossless": lossless_prompts == len(prompts) if params.greedy else None,
-        "lossless_prompts": lossless_prompts,
-        "recommended_num_speculative_tokens": gamma,
+        **{k: v for k, v in main.items() if k != "num_speculative_tokens"},
+        "tokens_per_second": {"speculative": main["tokens_per_second"], "autoregressive": ar.tokens / ar.seconds},
+        # Greedy: every output must equal the target's own. Exact sampling: the outputs differ
+        # by chance, exactness rests on rejection sampling (tested statistically). Typical: lossy.
+        "lossless": (spec[cfg.num_speculative_tokens].equal_rows == len(prompts)) if params.greedy else (None if lossless else False),
+        "lossless_prompts": spec[cfg.num_speculative_tokens].equal_rows,
+        "acceptance_rule": "greedy" if params.greedy else ("exact rejection sampling" if lossless else "typical acceptance (lossy)"),
+        "recommended_num_speculative_tokens": best["num_speculative_tokens"],
+        "gamma_sweep": sweep if len(sweep) > 1 else [],
         "settings": {**asdict(cfg), "num_prompts": len(prompts), "device": str(device)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if out_dir is not None:
+        outputs = spec[cfg.num_speculative_tokens].outputs
+        samples = [{"prompt_ids": p, "speculative_ids": s, "autoregressive_ids": a, "equal": s == a} for p, s, a in zip(prompts, outputs, ar.outputs)]
         write_report(out_dir, report, samples)
     return report
+
+
+def _figures(tally: _Tally, ar: _Tally, depth: int, is_chain: bool) -> dict:
+    """Acceptance, speed and the cost model for one γ (ARCHITECTURE: Metrics)."""
+    s = tally.stats
+    summary = summarize(s.accept_counts, depth, tally.tokens)
+    target_per_forward = s.target_seconds / s.target_forwards
+    cost_ratio = (s.draft_seconds / s.proposed_tokens) / target_per_forward  # per batch step on both sides
+    draft_per_step = s.draft_seconds / s.target_forwards
+    return {
+        "tau": summary["tau"],
+        "alpha": summary["alpha"],
+        "per_position_acceptance": summary["per_position_acceptance"],
+        "speedup": (tally.tokens / tally.seconds) / (ar.tokens / ar.seconds),
+        # Leviathan et al.'s formula assumes i.i.d. acceptance over a chain; it has no meaning for trees.
+        "predicted_speedup": predicted_speedup(summary["alpha"], depth, cost_ratio) if is_chain else None,
+        "predicted_speedup_from_tau": predicted_speedup_from_tau(summary["tau"], draft_per_step / target_per_forward),
+        "cost_ratio": cost_ratio,
+        "tokens_per_second": tally.tokens / tally.seconds,
+        "seconds_per_step": {
+            "draft": draft_per_step,
+            "target_forward": target_per_forward,
+            "verify_and_cache": s.verify_seconds / s.target_forwards,
+            "other": tally.seconds / s.target_forwards - (s.draft_seconds + s.target_seconds + s.verify_seconds) / s.target_forwards,
+        },
+        "steps": summary["steps"],
+    }

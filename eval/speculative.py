@@ -1,44 +1,131 @@
-"""Speculative decoding (chain, batch 1) and the autoregressive baseline it is measured against.
+"""Speculative decoding (chains and trees, one or many rows) and the autoregressive baseline.
 
-Both decode with a KV cache; both stop at the first end-of-turn token or after max_new_tokens,
-so under greedy decoding their outputs must be identical token for token.
+Both decode with a KV cache and stop a row at its first end-of-turn token or after
+max_new_tokens, so under greedy decoding their outputs must be identical token for token.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
-from transformers import DynamicCache
 
-from eval.kv_cache import truncate
-from eval.proposer import Proposer
+from eval.kv_cache import SlotCache
+from eval.proposer import Proposal, Proposer, TargetFeatures
 from eval.sampling import SamplingParams, probs_from_logits, sample
-from eval.verify import greedy_verify, rejection_sample
+from eval.verify import greedy_verify, rejection_sample, tree_greedy_verify, tree_rejection_sample, typical_verify
 
 
 @dataclass
 class DecodeStats:
-    accept_counts: list[int] = field(default_factory=list)  # accepted draft tokens per step
+    accept_counts: list[int] = field(default_factory=list)  # accepted draft tokens per step of each unfinished row
     draft_seconds: float = 0.0
-    target_seconds: float = 0.0
-    target_forwards: int = 0
-    proposed_tokens: int = 0
+    target_seconds: float = 0.0  # the verification forwards
+    verify_seconds: float = 0.0  # accept/reject and cache compaction
+    target_forwards: int = 0  # verification forwards (one per step, whatever the batch size)
+    proposed_tokens: int = 0  # draft nodes per row and step (γ for a chain)
 
     def add(self, other: "DecodeStats") -> None:
         """Accumulate another decode's counts and timings into this one."""
-        self.accept_counts += other.accept_counts
-        self.draft_seconds += other.draft_seconds
-        self.target_seconds += other.target_seconds
-        self.target_forwards += other.target_forwards
-        self.proposed_tokens += other.proposed_tokens
+        for name, value in vars(other).items():
+            setattr(self, name, getattr(self, name) + value)
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """How draft tokens are accepted under sampling (greedy decoding always matches argmax)."""
+
+    rule: str = "exact"  # exact = lossless rejection sampling | typical = Medusa's, lossy
+    typical_threshold: float = 0.09  # typical: ε, the acceptance floor's cap
+    typical_alpha: float = 0.3  # typical: δ, scales exp(−entropy)
 
 
 def _now(device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # host sync: phase timings need finished kernels
     return time.perf_counter()
+
+
+def verify_row(logits: torch.Tensor, proposal: Proposal, row: int, params: SamplingParams, acceptance: Acceptance, generator=None) -> tuple[list[int], int]:
+    """Apply the verification rule to one row: (accepted node indices, next token)."""
+    tokens = proposal.draft_tokens[row]
+    if proposal.parents is None and acceptance.rule == "exact":  # chains: one vectorised test
+        if params.greedy:
+            n, nxt = greedy_verify(logits, tokens)
+        else:
+            n, nxt = rejection_sample(probs_from_logits(logits, params), proposal.draft_probs[row], tokens, generator)
+        return list(range(n)), nxt
+    parents = proposal.parents[row] if proposal.parents is not None else torch.arange(-1, tokens.shape[0] - 1, device=tokens.device)
+    if params.greedy:
+        return tree_greedy_verify(logits, tokens, parents)
+    if acceptance.rule == "typical":
+        return typical_verify(probs_from_logits(logits, params), tokens, parents, acceptance.typical_threshold, acceptance.typical_alpha, generator)
+    return tree_rejection_sample(probs_from_logits(logits, params), proposal.draft_probs[row], tokens, parents, generator)
+
+
+@torch.no_grad()
+def speculative_step(target, proposer: Proposer, cache: SlotCache, sequences: list[list[int]], gamma: int, params: SamplingParams, vocab_size: int, stats: DecodeStats, generator=None, acceptance: Acceptance = Acceptance()) -> list[list[int]]:
+    """One draft-then-verify step for every row (Leviathan et al. 2023; Chen et al. 2023).
+
+    Args:
+        cache: the target's cache; it holds every row's sequence but its last token.
+        sequences: per row, the verified tokens (prompt + accepted so far).
+    Returns:
+        per row, the new tokens: the accepted draft path plus the corrected or bonus token.
+    """
+    device = cache.valid.device
+    # 1. Draft a chain or tree per row, keeping the q each token was drawn from.
+    t0 = _now(device)
+    proposal = proposer.propose(sequences, gamma, params, generator)
+    t1 = _now(device)
+    # 2. One target forward over [last token, draft nodes]; the tree mask shows each node only
+    #    its ancestors, so row j+1 of the logits is the target's distribution after node j.
+    batch, num_nodes = proposal.draft_tokens.shape
+    block = torch.cat([torch.tensor([[s[-1]] for s in sequences], device=device), proposal.draft_tokens], dim=1)  # (B, N+1)
+    parents = None if proposal.parents is None else torch.cat([torch.full((batch, 1), -1, device=device), proposal.parents + 1], dim=1)
+    layer_ids = proposer.target_layer_ids
+    out = cache.forward(target, block, parents, output_hidden_states=bool(layer_ids))
+    logits = out.logits[..., :vocab_size]  # (B, N+1, V)
+    t2 = _now(device)
+    # 3. Accept/reject per row: the longest valid path, then the corrected or bonus token.
+    verdicts = [verify_row(logits[b], proposal, b, params, acceptance, generator) for b in range(batch)]
+    # 4. Keep the root and the accepted path in the target cache (rejected nodes are dropped, so
+    #    the cache equals a fresh forward over the verified tokens); the drafter rolls back too.
+    kept = torch.zeros(batch, num_nodes + 1, dtype=torch.bool)
+    kept[:, 0] = True
+    for b, (path, _) in enumerate(verdicts):
+        kept[b, [j + 1 for j in path]] = True
+    kept = kept.to(device)
+    cache.keep_last(kept)
+    features = _kept_features(out.hidden_states, layer_ids, kept) if layer_ids else None
+    proposer.accept(torch.tensor([len(s) + len(path) for s, (path, _) in zip(sequences, verdicts)], device=device), features)
+    stats.draft_seconds += t1 - t0
+    stats.target_seconds += t2 - t1
+    stats.verify_seconds += _now(device) - t2
+    stats.target_forwards += 1
+    stats.proposed_tokens += num_nodes
+    tokens = proposal.draft_tokens.tolist()  # host sync
+    return [[tokens[b][j] for j in path] + [nxt] for b, (path, nxt) in enumerate(verdicts)]
+
+
+def _kept_features(hidden_states, layer_ids: tuple[int, ...], kept: torch.Tensor) -> TargetFeatures:
+    """The target's features at the kept block positions, moved to the front in order."""
+    states = torch.cat([hidden_states[i] for i in layer_ids], dim=-1)  # (B, m, F)
+    order = torch.argsort((~kept).to(torch.int8), dim=1, stable=True)
+    return TargetFeatures(states.gather(1, order[..., None].expand(-1, -1, states.shape[-1])), kept.gather(1, order))
+
+
+def _prefill(target, cache: SlotCache, proposer: Proposer, prompts: list[list[int]]) -> None:
+    """Fill the target cache with every prompt but its last token (each step feeds that first)."""
+    rows = [p[:-1] for p in prompts]
+    layer_ids, features = proposer.target_layer_ids, None
+    if any(rows):
+        out = cache.feed(target, rows, output_hidden_states=bool(layer_ids))
+        if layer_ids:  # left padding: each row's real tokens are the valid end of the block
+            features = _kept_features(out.hidden_states, layer_ids, cache.valid[:, -out.logits.shape[1] :])
+    proposer.accept(cache.lengths, features)
 
 
 def _finish(generated: list[int], max_new_tokens: int, eos_ids: set[int]) -> tuple[list[int], bool]:
@@ -50,70 +137,39 @@ def _finish(generated: list[int], max_new_tokens: int, eos_ids: set[int]) -> tup
 
 
 @torch.no_grad()
-def speculative_step(target, proposer: Proposer, tokens: torch.Tensor, cache: DynamicCache, gamma: int, params: SamplingParams, vocab_size: int, stats: DecodeStats, generator=None) -> list[int]:
-    """One draft-then-verify step (Leviathan et al. 2023; Chen et al. 2023).
-
-    Args:
-        tokens: (1, n) accepted sequence; the target cache holds its first n−1 tokens.
-    Returns:
-        the new tokens: accepted draft tokens plus the corrected or bonus token.
-    """
-    device = tokens.device
-    # 1. Draft γ tokens, keeping q for lossless verification.
-    t0 = _now(device)
-    proposal = proposer.propose(tokens, gamma, params, generator)
-    t1 = _now(device)
-    # 2. One target forward over [last token, draft tokens]: γ+1 next-token distributions.
-    verify_ids = torch.cat([tokens[:, -1:], proposal.draft_tokens.view(1, -1)], dim=1)  # (1, γ+1)
-    logits = target(input_ids=verify_ids, past_key_values=cache, use_cache=True).logits[0, :, :vocab_size]  # (γ+1, V)
-    # 3. Accept/reject: the longest greedy-matching prefix, or exact rejection sampling.
-    if params.greedy:
-        num_accepted, next_token = greedy_verify(logits, proposal.draft_tokens)
-    else:
-        num_accepted, next_token = rejection_sample(probs_from_logits(logits, params), proposal.draft_probs, proposal.draft_tokens, generator)
-    t2 = _now(device)
-    # 4. Roll both caches back to the valid prefix: n tokens + the accepted drafts. Entries past
-    #    it (rejected drafts) are cropped, so the next forward recomputes from the right state.
-    n = tokens.shape[1]
-    truncate(cache, n + num_accepted)
-    proposer.rollback(n + num_accepted)
-    stats.accept_counts.append(num_accepted)
-    stats.draft_seconds += t1 - t0
-    stats.target_seconds += t2 - t1
-    stats.target_forwards += 1
-    stats.proposed_tokens += gamma
-    return proposal.draft_tokens[:num_accepted].tolist() + [next_token]  # host sync
+def speculative_generate(target, proposer: Proposer, prompts: list[list[int]], max_new_tokens: int, gamma: int, params: SamplingParams, eos_ids: set[int], vocab_size: int, generator=None, acceptance: Acceptance = Acceptance()) -> tuple[list[list[int]], DecodeStats]:
+    """Decode up to max_new_tokens after each prompt (a batch of rows). Returns new ids per row and stats."""
+    device = next(target.parameters()).device
+    stats, cache = DecodeStats(), SlotCache(len(prompts), device)
+    proposer.reset(len(prompts), device)
+    _prefill(target, cache, proposer, prompts)
+    sequences = [list(p) for p in prompts]
+    generated = [[] for _ in prompts]
+    done = [False] * len(prompts)
+    while not all(done):
+        new = speculative_step(target, proposer, cache, sequences, gamma, params, vocab_size, stats, generator, acceptance)
+        for b, tokens in enumerate(new):
+            sequences[b] += tokens  # finished rows keep decoding; their output and counts are frozen
+            if not done[b]:
+                stats.accept_counts.append(len(tokens) - 1)
+                generated[b], done[b] = _finish(generated[b] + tokens, max_new_tokens, eos_ids)
+    return generated, stats
 
 
 @torch.no_grad()
-def speculative_generate(target, proposer: Proposer, input_ids: torch.Tensor, max_new_tokens: int, gamma: int, params: SamplingParams, eos_ids: set[int], vocab_size: int, generator=None) -> tuple[list[int], DecodeStats]:
-    """Decode up to max_new_tokens after input_ids (1, n). Returns new token ids and stats."""
-    stats = DecodeStats()
-    proposer.reset()
-    cache = DynamicCache()
-    # Prefill the target with all but the last prompt token; each step feeds that token first.
-    if input_ids.shape[1] > 1:
-        target(input_ids=input_ids[:, :-1], past_key_values=cache, use_cache=True)
-    tokens, generated = input_ids, []
-    while True:
-        new = speculative_step(target, proposer, tokens, cache, gamma, params, vocab_size, stats, generator)
-        generated.extend(new)
-        generated, done = _finish(generated, max_new_tokens, eos_ids)
-        if done:
-            return generated, stats
-        tokens = torch.cat([tokens, torch.tensor([new], device=tokens.device)], dim=1)
-
-
-@torch.no_grad()
-def autoregressive_generate(target, input_ids: torch.Tensor, max_new_tokens: int, params: SamplingParams, eos_ids: set[int], vocab_size: int, generator=None) -> list[int]:
+def autoregressive_generate(target, prompts: list[list[int]], max_new_tokens: int, params: SamplingParams, eos_ids: set[int], vocab_size: int, generator=None) -> list[list[int]]:
     """Plain KV-cached decoding, one target forward per token: the speed-up baseline."""
-    cache, feed, generated = DynamicCache(), input_ids, []
+    cache = SlotCache(len(prompts), next(target.parameters()).device)
+    logits = cache.feed(target, prompts).logits[:, -1, :vocab_size]  # (B, V)
+    generated = [[] for _ in prompts]
+    done = [False] * len(prompts)
     for _ in range(max_new_tokens):
-        logits = target(input_ids=feed, past_key_values=cache, use_cache=True).logits[0, -1, :vocab_size]
-        token = logits.argmax(-1) if params.greedy else sample(probs_from_logits(logits, params), generator)
-        tok = int(token)  # host sync: one per token, as in any decoding loop
-        generated.append(tok)
-        if tok in eos_ids:
+        token = logits.argmax(-1) if params.greedy else sample(probs_from_logits(logits, params), generator)  # (B,)
+        for b, tok in enumerate(token.tolist()):  # host sync: one per token, as in any decoding loop
+            if not done[b]:
+                generated[b].append(tok)
+                done[b] = tok in eos_ids or len(generated[b]) >= max_new_tokens
+        if all(done):
             break
-        feed = token.view(1, 1)
+        logits = cache.forward(target, token[:, None]).logits[:, -1, :vocab_size]
     return generated

@@ -32,7 +32,8 @@ drafthub on the target's own answers (recipe `{provenance['recipe']['recipe_name
 |---|---|---|---|---|
 | {ev.get('tau', float('nan')):.3f} | {ev.get('alpha', float('nan')):.3f} | {ev.get('speedup', float('nan')):.2f}× | {ev.get('settings', {}).get('num_speculative_tokens', '?')} | {ev.get('lossless')} |
 
-Per-position acceptance: {per_pos or 'n/a'}.
+Per-position acceptance: {per_pos or 'n/a'}. Recommended `num_speculative_tokens` (fastest in
+the γ sweep): {ev.get('recommended_num_speculative_tokens', 'n/a')}.
 
 ## Use it
 

@@ -1,10 +1,9 @@
+import pytest
 import torch
-from transformers import DynamicCache
 
-from eval.kv_cache import truncate
-from eval.proposer import DraftLMProposer
-from eval.sampling import SamplingParams
-from eval.speculative import autoregressive_generate, speculative_generate
+from eval.proposer import DraftLMProposer, TargetFeatures
+from eval.sampling import SamplingParams, probs_from_logits
+from eval.speculative import Acceptance, autoregressive_generate, speculative_generate
 
 GREEDY = SamplingParams()
 
@@ -18,64 +17,101 @@ def _hf_greedy(target, ids, n, tokenizer):
     return out[0, len(ids) :].tolist()
 
 
-def test_greedy_speculative_equals_target_generate(target, weak_draft, tokenizer, prompt_ids):
-    proposer = DraftLMProposer(weak_draft, len(tokenizer))
+@pytest.fixture(scope="module")
+def reference(target, tokenizer, prompt_ids):
+    """The target's own greedy continuations (transformers' generate), 40 tokens each."""
+    return [_hf_greedy(target, ids, 40, tokenizer) for ids in prompt_ids]
+
+
+@pytest.mark.parametrize("tree", [None, [3, 2, 1], [2, 2, 2, 1]], ids=["chain", "tree321", "tree2221"])
+def test_greedy_speculative_equals_target_generate(target, weak_draft, tokenizer, prompt_ids, reference, tree):
+    proposer = DraftLMProposer(weak_draft, len(tokenizer), tree=tree)
     accepted_some = rejected_some = False
-    for ids in prompt_ids:
-        for gamma in (1, 3, 5):
-            spec, stats = speculative_generate(target, proposer, torch.tensor([ids]), 40, gamma, GREEDY, _eos(tokenizer), len(tokenizer))
-            assert spec == _hf_greedy(target, ids, 40, tokenizer)
+    for ids, ref in zip(prompt_ids, reference):
+        for gamma in (1, 3, 5) if tree is None else (0,):
+            (spec,), stats = speculative_generate(target, proposer, [ids], 40, gamma, GREEDY, _eos(tokenizer), len(tokenizer))
+            assert spec == ref
+            depth = gamma if tree is None else len(tree)
             accepted_some |= any(c > 0 for c in stats.accept_counts)
-            rejected_some |= any(c < gamma for c in stats.accept_counts)
+            rejected_some |= any(c < depth for c in stats.accept_counts)
     assert accepted_some and rejected_some  # both rollback paths were exercised
 
 
-def test_our_autoregressive_baseline_equals_target_generate(target, tokenizer, prompt_ids):
-    for ids in prompt_ids[:3]:
-        assert autoregressive_generate(target, torch.tensor([ids]), 30, GREEDY, _eos(tokenizer), len(tokenizer)) == _hf_greedy(target, ids, 30, tokenizer)
+@pytest.mark.parametrize("tree", [None, [2, 2]], ids=["chain", "tree"])
+def test_batched_decoding_equals_one_row_at_a_time(target, weak_draft, tokenizer, prompt_ids, reference, tree):
+    prompts = [ids[-n:] for ids, n in zip(prompt_ids, (60, 23, 41, 8, 60, 35))]  # ragged: left padding
+    proposer = DraftLMProposer(weak_draft, len(tokenizer), tree=tree)
+    batched, stats = speculative_generate(target, proposer, prompts, 40, 3, GREEDY, _eos(tokenizer), len(tokenizer))
+    one_by_one = [speculative_generate(target, proposer, [p], 40, 3, GREEDY, _eos(tokenizer), len(tokenizer))[0][0] for p in prompts]
+    assert batched == one_by_one
+    assert len(set(stats.accept_counts)) > 1  # rows really accepted different lengths
+    assert autoregressive_generate(target, prompts, 40, GREEDY, _eos(tokenizer), len(tokenizer)) == one_by_one
 
 
-def test_drafter_equal_to_target_accepts_every_token(target, tokenizer, prompt_ids):
-    proposer = DraftLMProposer(target, len(tokenizer))
-    for params in (GREEDY, SamplingParams(temperature=0.8, top_p=0.9)):
+def test_our_autoregressive_baseline_equals_target_generate(target, tokenizer, prompt_ids, reference):
+    for ids, ref in zip(prompt_ids[:3], reference):
+        assert autoregressive_generate(target, [ids], 40, GREEDY, _eos(tokenizer), len(tokenizer)) == [ref]
+
+
+@pytest.mark.parametrize("tree", [None, [2, 1, 1]], ids=["chain", "tree"])
+def test_drafter_equal_to_target_accepts_every_token(target, tokenizer, prompt_ids, tree):
+    proposer = DraftLMProposer(target, len(tokenizer), tree=tree)
+    for params in (GREEDY, SamplingParams(temperature=0.8, top_p=0.9, top_k=50)):
         gen = torch.Generator().manual_seed(0)
-        out, stats = speculative_generate(target, proposer, torch.tensor([prompt_ids[0]]), 33, 4, params, set(), len(tokenizer), gen)
+        (out,), stats = speculative_generate(target, proposer, [prompt_ids[0]], 33, 3, params, set(), len(tokenizer), gen)
         assert len(out) == 33
-        assert all(c == 4 for c in stats.accept_counts)  # p == q: nothing is ever rejected
+        assert all(c == 3 for c in stats.accept_counts)  # p == q: nothing is ever rejected
 
 
-def test_cache_after_rollback_equals_a_fresh_recompute(target, prompt_ids):
-    ids = torch.tensor([prompt_ids[0]])
-    cache = DynamicCache()
-    target(input_ids=ids, past_key_values=cache, use_cache=True)
-    rejected = torch.randint(0, target.config.vocab_size, (1, 5))
-    target(input_ids=rejected, past_key_values=cache, use_cache=True)  # a verify pass over 5 drafts
-    truncate(cache, ids.shape[1] + 2)  # 2 of them accepted
-    fresh = DynamicCache()
-    target(input_ids=torch.cat([ids, rejected[:, :2]], 1), past_key_values=fresh, use_cache=True)
-    assert cache.get_seq_length() == fresh.get_seq_length()
-    for a, b in zip(cache.layers, fresh.layers):
-        torch.testing.assert_close(a.keys, b.keys)
-        torch.testing.assert_close(a.values, b.values)
-    # And decoding on from the rolled-back cache gives the fresh cache's logits.
-    nxt = torch.tensor([[7]])
-    torch.testing.assert_close(target(input_ids=nxt, past_key_values=cache).logits, target(input_ids=nxt, past_key_values=fresh).logits)
-
-
-def test_sampled_speculative_output_distribution_matches_plain_sampling(target, weak_draft, tokenizer, prompt_ids):
-    """First sampled token: speculative decoding and plain sampling draw from the same p."""
-    params = SamplingParams(temperature=1.0)
-    ids = torch.tensor([prompt_ids[1]])
-    from eval.sampling import probs_from_logits
-
-    p = probs_from_logits(target(input_ids=ids).logits[0, -1, : len(tokenizer)], params)
-    proposer = DraftLMProposer(weak_draft, len(tokenizer))
+@pytest.mark.parametrize("tree", [None, [3, 1]], ids=["chain", "tree"])
+def test_sampled_speculative_output_distribution_matches_plain_sampling(target, weak_draft, tokenizer, prompt_ids, tree):
+    """First two sampled tokens: speculative decoding draws them from the target's warped p."""
+    params = SamplingParams(temperature=1.0, top_k=40)
+    ids = prompt_ids[1]
+    p = probs_from_logits(target(input_ids=torch.tensor([ids])).logits[0, -1, : len(tokenizer)], params)
+    proposer = DraftLMProposer(weak_draft, len(tokenizer), tree=tree)
     gen = torch.Generator().manual_seed(0)
     draws = 1500
     counts = torch.zeros_like(p)
     for _ in range(draws):
-        out, _ = speculative_generate(target, proposer, ids, 1, 2, params, set(), len(tokenizer), gen)
+        (out,), _ = speculative_generate(target, proposer, [ids], 1, 2, params, set(), len(tokenizer), gen)
         counts[out[0]] += 1
     top = p.topk(5).indices
     tol = 5 * torch.sqrt(p[top] * (1 - p[top]) / draws)
     assert torch.all((counts[top] / draws - p[top]).abs() <= tol)
+    assert counts[p == 0].sum() == 0  # top-k applied on the target side too
+
+
+def test_typical_acceptance_decodes_and_is_a_separate_rule(target, weak_draft, tokenizer, prompt_ids):
+    params = SamplingParams(temperature=0.7)
+    proposer = DraftLMProposer(weak_draft, len(tokenizer), tree=[2, 2])
+    (out,), stats = speculative_generate(target, proposer, [prompt_ids[0]], 30, 2, params, set(), len(tokenizer), torch.Generator().manual_seed(0), Acceptance(rule="typical"))
+    assert len(out) == 30 and stats.target_forwards < 30
+
+
+class _RecordingProposer(DraftLMProposer):
+    """A draft LM that also asks for target features and records what the engine hands over."""
+
+    target_layer_ids = (0, 2)
+
+    def reset(self, batch_size=1, device=None):
+        super().reset(batch_size, device)
+        self.seen = [[] for _ in range(batch_size)]
+
+    def accept(self, num_valid, features: TargetFeatures = None):
+        super().accept(num_valid)
+        for b in range(len(self.seen)):
+            self.seen[b].append(features.states[b, features.valid[b]])
+
+
+@pytest.mark.parametrize("tree", [None, [2, 2]], ids=["chain", "tree"])
+def test_target_features_of_verified_tokens_reach_the_proposer(target, weak_draft, tokenizer, prompt_ids, tree):
+    prompts = [prompt_ids[0][-30:], prompt_ids[2][-17:]]
+    proposer = _RecordingProposer(weak_draft, len(tokenizer), tree=tree)
+    out, _ = speculative_generate(target, proposer, prompts, 12, 3, GREEDY, set(), len(tokenizer))
+    for b, prompt in enumerate(prompts):
+        got = torch.cat(proposer.seen[b])  # features of every verified token, in order
+        assert got.shape[0] >= len(prompt) + len(out[b]) - 1  # all but the newest token
+        n = len(prompt) + len(out[b])  # the row may have decoded past its output; compare what we know
+        hidden = target(input_ids=torch.tensor([prompt + out[b]]), output_hidden_states=True).hidden_states
+        torch.testing.assert_close(got[:n], torch.cat([hidden[0][0], hidden[2][0]], -1)[: got.shape[0]], rtol=1e-4, atol=1e-4)

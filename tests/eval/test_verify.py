@@ -1,6 +1,6 @@
 import torch
 
-from eval.verify import greedy_verify, rejection_sample
+from eval.verify import greedy_verify, rejection_sample, tree_greedy_verify, tree_rejection_sample, typical_verify
 
 
 def test_greedy_verify_accepts_the_matching_prefix():
@@ -60,3 +60,92 @@ def test_identical_distributions_accept_everything():
         d = torch.stack([torch.multinomial(p[i], 1, generator=gen)[0] for i in range(2)])
         n, _ = rejection_sample(p, p[:2], d, generator=gen)
         assert n == 2
+
+
+def _random_tree(gen, num_nodes):
+    """Parents in topological order: node j hangs under −1 (root) or an earlier node."""
+    return torch.tensor([int(torch.randint(-1, j, (1,), generator=gen)) if j else -1 for j in range(num_nodes)])
+
+
+def _brute_force_greedy(target_logits, tokens, parents):
+    """Check every root-to-node path on its own; keep the deepest all-argmax one."""
+    argmax = target_logits.argmax(-1).tolist()
+    best, best_path = -1, []
+    for node in range(len(tokens)):
+        path, j = [], node
+        while j >= 0:
+            path.append(j)
+            j = int(parents[j])
+        path.reverse()
+        if all(int(tokens[j]) == argmax[int(parents[j]) + 1] for j in path) and len(path) > len(best_path):
+            best, best_path = node, path
+    return best_path, argmax[best + 1]
+
+
+def test_tree_greedy_verify_accepts_what_brute_force_accepts():
+    gen = torch.Generator().manual_seed(0)
+    lengths = []
+    for _ in range(500):
+        n, vocab = int(torch.randint(1, 12, (1,), generator=gen)), 3  # tiny vocab: many matches
+        parents = _random_tree(gen, n)
+        tokens = torch.randint(0, vocab, (n,), generator=gen)
+        logits = torch.randn(n + 1, vocab, generator=gen)
+        assert tree_greedy_verify(logits, tokens, parents) == _brute_force_greedy(logits, tokens, parents)
+        lengths.append(len(_brute_force_greedy(logits, tokens, parents)[0]))
+    assert max(lengths) >= 3 and min(lengths) == 0  # deep acceptances and full rejections were both tested
+
+
+def test_tree_greedy_verify_on_a_chain_equals_chain_verify():
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(200):
+        tokens = torch.randint(0, 3, (4,), generator=gen)
+        logits = torch.randn(5, 3, generator=gen)
+        path, nxt = tree_greedy_verify(logits, tokens, torch.arange(-1, 3))
+        assert (len(path), nxt) == greedy_verify(logits, tokens)
+
+
+def test_tree_rejection_sampling_emits_the_target_distribution():
+    """Root with 3 i.i.d. children, each with 2 i.i.d. children: every emitted token follows p.
+
+    The first emitted token must follow p at the root; given a first token x accepted from the
+    tree, the second must follow p after x. q has zeros where p has mass and vice versa.
+    """
+    gen = torch.Generator().manual_seed(3)
+    vocab, draws = 4, 30000
+    p_root = torch.tensor([0.45, 0.35, 0.2, 0.0])
+    p_next = torch.softmax(torch.randn(vocab, vocab, generator=gen) * 2, -1)  # p after token x
+    p_next[1] = torch.tensor([0.0, 0.5, 0.5, 0.0])
+    q_root = torch.tensor([0.1, 0.0, 0.4, 0.5])
+    q_next = torch.softmax(torch.randn(vocab, vocab, generator=gen), -1)
+    parents = torch.tensor([-1, -1, -1, 0, 0, 1, 1, 2, 2])
+    first = torch.zeros(vocab)
+    second = torch.zeros(vocab, vocab)
+    for _ in range(draws):
+        top = torch.multinomial(q_root, 3, replacement=True, generator=gen)  # independent siblings
+        below = torch.stack([torch.multinomial(q_next[int(x)], 2, replacement=True, generator=gen) for x in top]).flatten()
+        tokens = torch.cat([top, below])
+        target_probs = torch.cat([p_root[None], p_next[tokens]])  # (N+1, V): p after each node
+        draft_probs = torch.cat([q_root.expand(3, -1), q_next[top].repeat_interleave(2, 0)])
+        path, nxt = tree_rejection_sample(target_probs, draft_probs, tokens, parents, gen)
+        emitted = [int(tokens[j]) for j in path] + [nxt]
+        first[emitted[0]] += 1
+        if path:  # the first token came from the tree: what follows is p after it
+            second[emitted[0], emitted[1]] += 1
+    freq = first / draws
+    assert torch.all((freq - p_root).abs() <= 5 * torch.sqrt(p_root * (1 - p_root) / draws) + 1e-9), (freq, p_root)
+    assert first[3] == 0 and second[1].sum() == 0 and second[3].sum() == 0
+    for x in (0, 2):  # the tokens q can draft and p can accept
+        n = second[x].sum()
+        assert n > 1000
+        cond = second[x] / n
+        assert torch.all((cond - p_next[x]).abs() <= 5 * torch.sqrt(p_next[x] * (1 - p_next[x]) / n) + 1e-9), (x, cond, p_next[x])
+
+
+def test_typical_acceptance_takes_the_longest_typical_path():
+    # Root: confident on token 0 → only token 0 passes; node 0's distribution is flat → a lower bar.
+    target_probs = torch.tensor([[0.9, 0.05, 0.05], [0.4, 0.35, 0.25], [0.3, 0.3, 0.4], [0.34, 0.33, 0.33]])
+    tokens, parents = torch.tensor([0, 1, 2]), torch.tensor([-1, -1, 0])  # nodes: 0 (root→0), 1 (root→1), 2 (0→2)
+    path, _ = typical_verify(target_probs, tokens, parents, threshold=0.09, alpha=0.3)
+    assert path == [0, 2]  # p(1 | root) = 0.05 is below min(0.09, 0.3·e^−H) and is rejected
+    path, nxt = typical_verify(target_probs, torch.tensor([1, 1, 2]), parents, threshold=0.09, alpha=0.3, generator=torch.Generator().manual_seed(0))
+    assert path == [] and nxt in (0, 1, 2)
