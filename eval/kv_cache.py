@@ -50,17 +50,29 @@ def _check_full_attention(model) -> None:
         raise ValueError(f"{model.config.model_type} layers of type {sorted(kinds - {'full_attention'})} are not supported; the engine needs full attention in every layer")
 
 
+def keep_first(kept: list[list[int]], width: int, device) -> torch.Tensor:
+    """(B, width) permutation per row putting the kept indices first, in order, then the rest."""
+    order = [k + [j for j in range(width) if j not in set(k)] for k in kept]
+    return torch.tensor(order, device=device)
+
+
 class SlotCache:
-    """A batch KV cache whose slots may be invalid (see the module docstring)."""
+    """A batch KV cache whose slots may be invalid (see the module docstring).
+
+    While no slot is invalid (always, for one row decoding a chain) the bookkeeping stays in
+    Python: no mask is built and rollback is a crop, so the engine adds no host syncs.
+    """
 
     def __init__(self, batch_size: int, device: torch.device):
         self.cache = DynamicCache()
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)  # (B, S)
+        self.dense = True  # every slot valid
 
-    @property
-    def lengths(self) -> torch.Tensor:
-        """(B,) number of sequence tokens cached per row."""
-        return self.valid.sum(1)
+    def lengths(self) -> list[int]:
+        """Number of sequence tokens cached per row."""
+        if self.dense:
+            return [self.valid.shape[1]] * self.valid.shape[0]
+        return self.valid.sum(1).tolist()  # host sync
 
     def forward(self, model, input_ids: torch.Tensor, parents: Optional[torch.Tensor] = None, input_valid: Optional[torch.Tensor] = None, **kwargs):
         """Run `model` on a block of new tokens appended to the cache.
@@ -75,60 +87,72 @@ class SlotCache:
         """
         _check_full_attention(model)
         batch, m = input_ids.shape
-        dense = parents is None and input_valid is None and bool(self.valid.all())  # host sync
+        if self.dense and parents is None and input_valid is None:
+            # Every slot valid and a plain chain: the model's own causal path is exact.
+            out = model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, **kwargs)
+            self.valid = torch.cat([self.valid, torch.ones_like(input_ids, dtype=torch.bool)], dim=1)
+            return out
         if input_valid is None:
             input_valid = torch.ones_like(input_ids, dtype=torch.bool)
-        if dense:  # every slot valid and a plain chain: the model's own causal path is exact
-            out = model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, **kwargs)
-        else:
-            if parents is None:
-                parents = torch.arange(-1, m - 1, device=input_ids.device).expand(batch, m)
-            ancestors = ancestor_mask(parents)  # (B, m, m)
-            # Padding hides from every other node but still sees itself, so no row is all-masked.
-            see_block = ancestors & (input_valid[:, None, :] | torch.eye(m, dtype=torch.bool, device=input_ids.device))
-            see = torch.cat([self.valid[:, None, :].expand(batch, m, -1), see_block], dim=2)  # (B, m, S+m)
-            depth = (ancestors & input_valid[:, None, :]).sum(-1) - 1  # (B, m) valid ancestors
-            position_ids = self.lengths[:, None] + depth.clamp_min(0)
-            dtype = next(model.parameters()).dtype
-            mask = torch.zeros(see.shape, dtype=dtype, device=see.device).masked_fill(~see, torch.finfo(dtype).min)
-            out = model(input_ids=input_ids, attention_mask=mask[:, None], position_ids=position_ids, past_key_values=self.cache, use_cache=True, **kwargs)
+        if parents is None:
+            parents = torch.arange(-1, m - 1, device=input_ids.device).expand(batch, m)
+        ancestors = ancestor_mask(parents)  # (B, m, m)
+        # Padding hides from every other node but still sees itself, so no row is all-masked.
+        see_block = ancestors & (input_valid[:, None, :] | torch.eye(m, dtype=torch.bool, device=input_ids.device))
+        see = torch.cat([self.valid[:, None, :].expand(batch, m, -1), see_block], dim=2)  # (B, m, S+m)
+        depth = (ancestors & input_valid[:, None, :]).sum(-1) - 1  # (B, m) valid ancestors
+        position_ids = self.valid.sum(1, keepdim=True) + depth.clamp_min(0)
+        dtype = next(model.parameters()).dtype
+        mask = torch.zeros(see.shape, dtype=dtype, device=see.device).masked_fill(~see, torch.finfo(dtype).min)
+        out = model(input_ids=input_ids, attention_mask=mask[:, None], position_ids=position_ids, past_key_values=self.cache, use_cache=True, **kwargs)
         self.valid = torch.cat([self.valid, input_valid], dim=1)
+        self.dense = self.dense and bool(input_valid.all())  # host sync, only off the fast path
         return out
 
     def feed(self, model, rows: list[list[int]], **kwargs):
         """Forward ragged per-row token lists, left-padded so column −1 is each row's last token."""
         width = max(len(r) for r in rows)
+        device = self.valid.device
+        if all(len(r) == width for r in rows):
+            return self.forward(model, torch.tensor(rows, device=device), **kwargs)
         ids = torch.zeros(len(rows), width, dtype=torch.long)
         valid = torch.zeros(len(rows), width, dtype=torch.bool)
         for i, r in enumerate(rows):
             if r:
                 ids[i, width - len(r) :] = torch.tensor(r)
                 valid[i, width - len(r) :] = True
-        device = self.valid.device
-        return self.forward(model, ids.to(device), input_valid=None if bool(valid.all()) else valid.to(device), **kwargs)
+        return self.forward(model, ids.to(device), input_valid=valid.to(device), **kwargs)
 
-    def rollback(self, num_valid: torch.Tensor) -> None:
-        """Keep each row's first num_valid[b] valid slots (B,); the rest become invalid."""
-        self.valid &= self.valid.cumsum(1) <= num_valid.to(self.valid.device)[:, None]
+    def rollback(self, num_valid: list[int]) -> None:
+        """Keep each row's first num_valid[b] valid slots; the rest become invalid."""
+        if self.dense and len(set(num_valid)) == 1:  # one row, or rows in step: a crop
+            self._truncate(num_valid[0])
+            return
+        self.valid &= self.valid.cumsum(1) <= torch.tensor(num_valid, device=self.valid.device)[:, None]
         self._crop()
 
-    def keep_last(self, kept: torch.Tensor) -> None:
-        """kept: (B, m) bool over the last fed block. Kept nodes move to the block's front in order."""
-        m = kept.shape[1]
-        start = self.valid.shape[1] - m
-        order = torch.argsort((~kept).to(torch.int8), dim=1, stable=True)  # (B, m) kept first
-        if not bool((order == torch.arange(m, device=order.device)).all()):  # host sync; chains skip the copy
-            for layer in self.cache.layers:
-                idx = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])  # (B, heads, m, d)
-                layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys[:, :, start:].gather(2, idx)], dim=2)
-                layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, start:].gather(2, idx)], dim=2)
-        block = self.valid[:, start:].gather(1, order) & kept.gather(1, order)
+    def keep_last(self, kept: list[list[int]], width: int) -> None:
+        """Keep, per row, these indices (ascending) of the last `width` slots, moved to the block's front."""
+        start = self.valid.shape[1] - width
+        if self.dense and all(k == list(range(len(kept[0]))) for k in kept):  # chains: kept is a prefix
+            self._truncate(start + len(kept[0]))
+            return
+        order = keep_first(kept, width, self.valid.device)  # (B, width)
+        for layer in self.cache.layers:
+            idx = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])  # (B, heads, width, d)
+            layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys[:, :, start:].gather(2, idx)], dim=2)
+            layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, start:].gather(2, idx)], dim=2)
+        counts = torch.tensor([len(k) for k in kept], device=self.valid.device)
+        block = self.valid[:, start:].gather(1, order) & (torch.arange(width, device=order.device) < counts[:, None])
         self.valid = torch.cat([self.valid[:, :start], block], dim=1)
         self._crop()
+
+    def _truncate(self, length: int) -> None:
+        truncate(self.cache, length)
+        self.valid = self.valid[:, :length]
 
     def _crop(self) -> None:
         """Drop trailing columns that are invalid in every row."""
         used = self.valid.any(0).nonzero()  # host sync
-        length = int(used[-1]) + 1 if len(used) else 0
-        truncate(self.cache, length)
-        self.valid = self.valid[:, :length]
+        self._truncate(int(used[-1]) + 1 if len(used) else 0)
+        self.dense = bool(self.valid.all())  # host sync

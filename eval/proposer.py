@@ -52,7 +52,7 @@ class Proposer(Protocol):
     def propose(self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None) -> Proposal:
         """Draft continuations of each row's verified sequence (prompt + accepted tokens)."""
 
-    def accept(self, num_valid: torch.Tensor, features: Optional[TargetFeatures] = None) -> None:
+    def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
         """The first num_valid[b] tokens of row b are verified; features cover those new since the last call."""
 
 
@@ -81,14 +81,14 @@ class DraftLMProposer:
 
     @torch.no_grad()
     def propose(self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None) -> Proposal:
-        lengths = self.cache.lengths.tolist()  # host sync: one per step
-        logits = self.cache.feed(self.model, [s[n:] for s, n in zip(sequences, lengths)]).logits[:, -1, : self.vocab_size]  # (B, V)
+        lengths = self.cache.lengths()
+        logits = self.cache.feed(self.model, [s[n:] for s, n in zip(sequences, lengths)], logits_to_keep=1).logits[:, -1, : self.vocab_size]  # (B, V)
         if self.tree:
             return self._propose_tree(logits, params, generator)
         draft_tokens, draft_probs = [], []
         for i in range(num_speculative_tokens):
             if i:
-                logits = self.cache.forward(self.model, token[:, None]).logits[:, -1, : self.vocab_size]
+                logits = self.cache.forward(self.model, token[:, None], logits_to_keep=1).logits[:, -1, : self.vocab_size]
             if params.greedy:
                 token = logits.argmax(-1)  # (B,)
             else:
@@ -101,7 +101,7 @@ class DraftLMProposer:
     def _propose_tree(self, root_logits: torch.Tensor, params: SamplingParams, generator=None) -> Proposal:
         """Expand every frontier node into `k` children per depth; root_logits: (B, V)."""
         batch, device = root_logits.shape[0], root_logits.device
-        verified = self.cache.lengths
+        verified = self.cache.lengths()
         tokens = torch.zeros(batch, 0, dtype=torch.long, device=device)
         parents = torch.zeros(batch, 0, dtype=torch.long, device=device)
         probs, frontier, frontier_logits = [], torch.tensor([-1], device=device), root_logits[:, None]  # (B, F, V)
@@ -122,5 +122,5 @@ class DraftLMProposer:
                 self.cache.rollback(verified)  # tree nodes never stay in the draft cache
         return Proposal(tokens, torch.cat(probs, dim=1) if probs else None, parents)
 
-    def accept(self, num_valid: torch.Tensor, features: Optional[TargetFeatures] = None) -> None:
+    def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
         self.cache.rollback(num_valid)

@@ -52,10 +52,10 @@ acceptance: {r['acceptance_rule']}.
 | speculative tokens/s | {r['tokens_per_second']['speculative']:.1f} |
 | autoregressive tokens/s | {r['tokens_per_second']['autoregressive']:.1f} |
 | lossless | {r['lossless']} ({r['lossless_prompts']}/{s['num_prompts']} outputs equal the target's greedy output) |
-| recommended `num_speculative_tokens` | {r['recommended_num_speculative_tokens']} |
+| recommended `num_speculative_tokens` (fastest γ in the sweep) | {_fmt(r['recommended_num_speculative_tokens'], 'd')} |
 
 Time per step: draft {per_step['draft'] * 1e3:.2f} ms, target forward {per_step['target_forward'] * 1e3:.2f} ms,
-accept/reject and cache {per_step['verify_and_cache'] * 1e3:.2f} ms, other {per_step['other'] * 1e3:.2f} ms.
+accept/reject and cache {per_step['verify_and_cache'] * 1e3:.2f} ms, other (prefill, loop) {per_step['other'] * 1e3:.2f} ms.
 
 ## Per-position acceptance
 Share of steps that accepted at least i draft tokens.

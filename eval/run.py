@@ -102,7 +102,7 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
         "lossless": (spec[cfg.num_speculative_tokens].equal_rows == len(prompts)) if params.greedy else (None if lossless else False),
         "lossless_prompts": spec[cfg.num_speculative_tokens].equal_rows,
         "acceptance_rule": "greedy" if params.greedy else ("exact rejection sampling" if lossless else "typical acceptance (lossy)"),
-        "recommended_num_speculative_tokens": best["num_speculative_tokens"],
+        "recommended_num_speculative_tokens": None if cfg.tree else best["num_speculative_tokens"],
         "gamma_sweep": sweep if len(sweep) > 1 else [],
         "settings": {**asdict(cfg), "num_prompts": len(prompts), "device": str(device)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from eval.kv_cache import SlotCache
+from eval.kv_cache import SlotCache, keep_first
 from eval.proposer import Proposal, Proposer, TargetFeatures
 from eval.sampling import SamplingParams, probs_from_logits, sample
 from eval.verify import greedy_verify, rejection_sample, tree_greedy_verify, tree_rejection_sample, typical_verify
@@ -93,14 +93,10 @@ def speculative_step(target, proposer: Proposer, cache: SlotCache, sequences: li
     verdicts = [verify_row(logits[b], proposal, b, params, acceptance, generator) for b in range(batch)]
     # 4. Keep the root and the accepted path in the target cache (rejected nodes are dropped, so
     #    the cache equals a fresh forward over the verified tokens); the drafter rolls back too.
-    kept = torch.zeros(batch, num_nodes + 1, dtype=torch.bool)
-    kept[:, 0] = True
-    for b, (path, _) in enumerate(verdicts):
-        kept[b, [j + 1 for j in path]] = True
-    kept = kept.to(device)
-    cache.keep_last(kept)
+    kept = [[0] + [j + 1 for j in path] for path, _ in verdicts]  # block indices: root, then the path
+    cache.keep_last(kept, num_nodes + 1)
     features = _kept_features(out.hidden_states, layer_ids, kept) if layer_ids else None
-    proposer.accept(torch.tensor([len(s) + len(path) for s, (path, _) in zip(sequences, verdicts)], device=device), features)
+    proposer.accept([len(s) + len(path) for s, (path, _) in zip(sequences, verdicts)], features)
     stats.draft_seconds += t1 - t0
     stats.target_seconds += t2 - t1
     stats.verify_seconds += _now(device) - t2
@@ -110,11 +106,13 @@ def speculative_step(target, proposer: Proposer, cache: SlotCache, sequences: li
     return [[tokens[b][j] for j in path] + [nxt] for b, (path, nxt) in enumerate(verdicts)]
 
 
-def _kept_features(hidden_states, layer_ids: tuple[int, ...], kept: torch.Tensor) -> TargetFeatures:
-    """The target's features at the kept block positions, moved to the front in order."""
+def _kept_features(hidden_states, layer_ids: tuple[int, ...], kept: list[list[int]]) -> TargetFeatures:
+    """The target's features at the kept block positions (per row, ascending), moved to the front."""
     states = torch.cat([hidden_states[i] for i in layer_ids], dim=-1)  # (B, m, F)
-    order = torch.argsort((~kept).to(torch.int8), dim=1, stable=True)
-    return TargetFeatures(states.gather(1, order[..., None].expand(-1, -1, states.shape[-1])), kept.gather(1, order))
+    width = states.shape[1]
+    order = keep_first(kept, width, states.device)
+    counts = torch.tensor([len(k) for k in kept], device=states.device)
+    return TargetFeatures(states.gather(1, order[..., None].expand(-1, -1, states.shape[-1])), torch.arange(width, device=states.device) < counts[:, None])
 
 
 def _prefill(target, cache: SlotCache, proposer: Proposer, prompts: list[list[int]]) -> None:
@@ -122,10 +120,11 @@ def _prefill(target, cache: SlotCache, proposer: Proposer, prompts: list[list[in
     rows = [p[:-1] for p in prompts]
     layer_ids, features = proposer.target_layer_ids, None
     if any(rows):
-        out = cache.feed(target, rows, output_hidden_states=bool(layer_ids))
-        if layer_ids:  # left padding: each row's real tokens are the valid end of the block
-            features = _kept_features(out.hidden_states, layer_ids, cache.valid[:, -out.logits.shape[1] :])
-    proposer.accept(cache.lengths, features)
+        out = cache.feed(target, rows, output_hidden_states=bool(layer_ids), logits_to_keep=1)
+        if layer_ids:  # left padding: each row's real tokens are the end of the block
+            width = max(map(len, rows))
+            features = _kept_features(out.hidden_states, layer_ids, [list(range(width - len(r), width)) for r in rows])
+    proposer.accept(cache.lengths(), features)
 
 
 def _finish(generated: list[int], max_new_tokens: int, eos_ids: set[int]) -> tuple[list[int], bool]:
@@ -160,7 +159,7 @@ def speculative_generate(target, proposer: Proposer, prompts: list[list[int]], m
 def autoregressive_generate(target, prompts: list[list[int]], max_new_tokens: int, params: SamplingParams, eos_ids: set[int], vocab_size: int, generator=None) -> list[list[int]]:
     """Plain KV-cached decoding, one target forward per token: the speed-up baseline."""
     cache = SlotCache(len(prompts), next(target.parameters()).device)
-    logits = cache.feed(target, prompts).logits[:, -1, :vocab_size]  # (B, V)
+    logits = cache.feed(target, prompts, logits_to_keep=1).logits[:, -1, :vocab_size]  # (B, V)
     generated = [[] for _ in prompts]
     done = [False] * len(prompts)
     for _ in range(max_new_tokens):

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import REPO
 
-SMALL = ["target=micro", "data.max_prompts=24", "data.sampling.max_new_tokens=24", "trainer.max_steps=6", "trainer.batch_size=8", "eval.num_prompts=4", "eval.max_new_tokens=24"]
+SMALL = ["target=micro", "data.max_prompts=24", "data.sampling.max_new_tokens=24", "trainer.max_steps=6", "trainer.batch_size=8", "eval.num_prompts=4", "eval.max_new_tokens=24", "eval.gamma_sweep=[1,2]"]
 
 
 def run(*args, cwd=REPO):
@@ -55,15 +55,21 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world):
     run_dir = tmp_path / "run"
     report = json.loads((run_dir / "eval" / "eval_report.json").read_text())
     assert report["lossless"] is True and report["tau"] >= 1.0
-    for f in ("eval_samples.jsonl", "report.md", "acceptance.png"):
+    assert [g["num_speculative_tokens"] for g in report["gamma_sweep"]] == [1, 2, 4]
+    assert report["recommended_num_speculative_tokens"] == max(report["gamma_sweep"], key=lambda g: g["speedup"])["num_speculative_tokens"]
+    for f in ("eval_samples.jsonl", "report.md", "acceptance.png", "gamma_sweep.png"):
         assert (run_dir / "eval" / f).exists()
+    assert "](gamma_sweep.png)" in (run_dir / "eval" / "report.md").read_text()
     assert (run_dir / ".hydra" / "config.yaml").exists()
     prov = json.loads((run_dir / "drafter" / "drafthub.json").read_text())
     assert prov["target"]["name_or_path"] == "toyworld:micro" and prov["eval"]["tau"] == report["tau"]
     # The standalone eval app measures the exported drafter against the target it names.
-    r = run("eval", f"drafter_dir={run_dir}/drafter", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev", "eval.num_prompts=3", "eval.max_new_tokens=16")
+    r = run("eval", f"drafter_dir={run_dir}/drafter", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev", "eval.num_prompts=3", "eval.max_new_tokens=16", "eval.tree=[2,1]", "eval.batch_size=2")
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1])["lossless"] is True
+    r = run("eval", f"drafter_dir={run_dir}/drafter", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev2", "eval.acceptance=tipical")
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: eval.acceptance='tipical' is not a rule")
+    assert not (tmp_path / "ev2").exists()
     # Second run: every stage is found complete and skipped (fast, same report).
     mtime = (run_dir / "eval" / "eval_report.json").stat().st_mtime
     r = run("train", *SMALL, f"run_dir={tmp_path}/run")

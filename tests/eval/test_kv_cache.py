@@ -74,9 +74,7 @@ def test_tree_compaction_equals_a_fresh_forward_over_the_accepted_path(model):
     cache.forward(model, prompt)
     cache.forward(model, nodes, parents)
     path = _path(parents[0], 5)  # nodes 1 → 4 → 5: not a prefix of the block, so slots move
-    kept = torch.zeros(1, 7, dtype=torch.bool)
-    kept[0, path] = True
-    cache.keep_last(kept)
+    cache.keep_last([path], 7)
     assert cache.cache.get_seq_length() == 7 + 3 and bool(cache.valid.all())  # compacted, dense again
     _assert_rows_equal_fresh(model, cache, [torch.cat([prompt[0], nodes[0, path]])])
 
@@ -89,7 +87,7 @@ def test_batch_rows_with_different_accepted_lengths_equal_fresh_caches(model):
     drafts = torch.randint(0, 300, (3, 4), generator=gen)
     cache.forward(model, drafts)
     accepted = [0, 4, 2]
-    cache.rollback(torch.tensor([len(p) + a for p, a in zip(prompts, accepted)]))
+    cache.rollback([len(p) + a for p, a in zip(prompts, accepted)])
     rows = [torch.tensor(p + drafts[b, :a].tolist()) for b, (p, a) in enumerate(zip(prompts, accepted))]
     _assert_rows_equal_fresh(model, cache, rows)
 
@@ -100,8 +98,8 @@ def test_chain_rollback_is_a_crop(target):
     cache = SlotCache(1, torch.device("cpu"))
     cache.forward(target, ids)
     cache.forward(target, torch.randint(0, 300, (1, 5)))
-    cache.rollback(torch.tensor([10]))
-    assert cache.cache.get_seq_length() == 10 and bool(cache.valid.all())
+    cache.rollback([10])
+    assert cache.cache.get_seq_length() == 10 and cache.dense and bool(cache.valid.all())
 
 
 def test_truncate_crops_to_length(target):

@@ -1,0 +1,138 @@
+"""Benchmark the speculative decoding engine against our own and transformers' decoding.
+
+On the toy target with a trained toy draft LM, greedy, the same prompts and γ, it times
+    (a) our KV-cached autoregressive decoding,
+    (b) our speculative decoding,
+    (c) transformers' generate(assistant_model=draft) with a fixed γ (constant schedule, no
+        confidence early exit), and, for context, transformers' plain greedy generate,
+interleaved per prompt, checks that (a), (b) and (c) produce identical tokens, and prints one
+JSON line: tokens/s of each, speedup (b)/(a), ratio (b)/(c), measured α, τ, c, the predicted
+speedups, and where the time of one speculative step goes.
+
+    python -m train                                   # once: trains and publishes the toy drafter
+    python scripts/bench_spec_decode.py [--drafter runs/toy/<ts>/drafter] [--gamma 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def _newest_toy_drafter() -> Path | None:
+    found = sorted(Path("runs/toy").glob("*/drafter/drafthub.json"))
+    return found[-1].parent if found else None
+
+
+def _prompts(tokenizer, target_name: str, count: int) -> list[list[int]]:
+    from distill.chat import encode_prompt, prompt_messages
+    from distill.prompts import load_conversations
+    from distill.target import toyworld_prompts
+
+    convs = load_conversations("toyworld", "heldout", toyworld_prompts(target_name, "heldout"))
+    return [encode_prompt(tokenizer, prompt_messages(c)) for c in convs[:count]]
+
+
+def _hf_generate(target, ids: list[int], max_new_tokens: int, eos_id: int, pad_id: int, assistant=None) -> list[int]:
+    out = target.generate(torch.tensor([ids]), assistant_model=assistant, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos_id, pad_token_id=pad_id)
+    return out[0, len(ids) :].tolist()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--drafter", type=Path, default=None, help="exported toy draft LM (default: newest runs/toy/*/drafter)")
+    parser.add_argument("--gamma", type=int, default=4, help="num_speculative_tokens, the same for ours and transformers'")
+    parser.add_argument("--num-prompts", type=int, default=24)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+
+    from transformers import AutoModelForCausalLM
+
+    from distill.target import load_tokenizer, resolve_target
+    from distill.config import TargetConfig
+    from eval.metrics import predicted_speedup, predicted_speedup_from_tau, summarize
+    from eval.proposer import DraftLMProposer
+    from eval.sampling import SamplingParams
+    from eval.speculative import DecodeStats, autoregressive_generate, speculative_generate
+
+    drafter = args.drafter or _newest_toy_drafter()
+    if drafter is None or not (drafter / "drafthub.json").exists():
+        sys.exit("error: no exported toy drafter found; run `python -m train` first (about 10 min) or pass --drafter DIR")
+    torch.set_num_threads(args.threads)
+    target_name = json.loads((drafter / "drafthub.json").read_text())["target"]["name_or_path"]
+    tokenizer = load_tokenizer(TargetConfig(name_or_path=target_name))
+    target = AutoModelForCausalLM.from_pretrained(resolve_target(target_name), use_safetensors=True).eval()
+    draft = AutoModelForCausalLM.from_pretrained(drafter, use_safetensors=True).eval()
+    # transformers' assisted generation at a fixed γ: no schedule, no confidence early exit.
+    draft.generation_config.num_assistant_tokens = args.gamma
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = 0.0
+
+    eos, pad, vocab = tokenizer.eos_token_id, tokenizer.pad_token_id, len(tokenizer)
+    greedy, proposer = SamplingParams(), DraftLMProposer(draft, vocab)
+    runs = {
+        "ours_autoregressive": lambda ids: (autoregressive_generate(target, [ids], args.max_new_tokens, greedy, {eos}, vocab)[0], None),
+        "ours_speculative": lambda ids: (lambda out: (out[0][0], out[1]))(speculative_generate(target, proposer, [ids], args.max_new_tokens, args.gamma, greedy, {eos}, vocab)),
+        "hf_assisted": lambda ids: (_hf_generate(target, ids, args.max_new_tokens, eos, pad, draft), None),
+        "hf_autoregressive": lambda ids: (_hf_generate(target, ids, args.max_new_tokens, eos, pad), None),
+    }
+    prompts = _prompts(tokenizer, target_name, args.num_prompts + 2)
+    with torch.inference_mode():
+        for ids in prompts[:2]:  # warm-up, untimed
+            for run in runs.values():
+                run(ids)
+        seconds = dict.fromkeys(runs, 0.0)
+        tokens = dict.fromkeys(runs, 0)
+        stats, identical = DecodeStats(), True
+        for ids in prompts[2:]:  # interleaved: machine noise hits every contender alike
+            outputs = {}
+            for name, run in runs.items():
+                t0 = time.perf_counter()
+                outputs[name], s = run(ids)
+                seconds[name] += time.perf_counter() - t0
+                tokens[name] += len(outputs[name])
+                if s is not None:
+                    stats.add(s)
+            identical &= outputs["ours_autoregressive"] == outputs["ours_speculative"] == outputs["hf_assisted"]
+
+    tps = {k: tokens[k] / seconds[k] for k in runs}
+    summary = summarize(stats.accept_counts, args.gamma, tokens["ours_speculative"])
+    per_forward = stats.target_seconds / stats.target_forwards
+    cost_ratio = (stats.draft_seconds / stats.proposed_tokens) / per_forward
+    ar_step = seconds["ours_autoregressive"] / tokens["ours_autoregressive"]
+    speedup = tps["ours_speculative"] / tps["ours_autoregressive"]
+    predicted = predicted_speedup(summary["alpha"], args.gamma, cost_ratio)
+    steps = stats.target_forwards
+    print(json.dumps({
+        "tokens_per_second": {k: round(v, 1) for k, v in tps.items()},
+        "speedup_b_over_a": round(speedup, 3),
+        "ratio_b_over_c": round(tps["ours_speculative"] / tps["hf_assisted"], 3),
+        "alpha": round(summary["alpha"], 3),
+        "tau": round(summary["tau"], 3),
+        "cost_ratio": round(cost_ratio, 3),
+        "predicted_speedup": round(predicted, 3),
+        "speedup_over_predicted": round(speedup / predicted, 3),
+        "predicted_speedup_from_tau": round(predicted_speedup_from_tau(summary["tau"], stats.draft_seconds / steps / per_forward), 3),
+        "identical_tokens": identical,
+        "ms_per_step": {
+            "draft": round(stats.draft_seconds / steps * 1e3, 2),
+            "target_verify_forward": round(per_forward * 1e3, 2),
+            "accept_and_cache": round(stats.verify_seconds / steps * 1e3, 2),
+            "other": round((seconds["ours_speculative"] - stats.draft_seconds - stats.target_seconds - stats.verify_seconds) / steps * 1e3, 2),
+        },
+        "ms_per_autoregressive_token": round(ar_step * 1e3, 2),
+        "gamma": args.gamma,
+        "prompts": len(prompts) - 2,
+        "max_new_tokens": args.max_new_tokens,
+        "threads": args.threads,
+    }))
+
+
+if __name__ == "__main__":
+    main()
