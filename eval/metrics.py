@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from eval.speculative import DecodeStats
+
 
 def summarize(accept_counts: list[int], gamma: int, new_tokens: int) -> dict:
     """τ, α and per-position acceptance from accepted counts, one per step of each row.
@@ -36,3 +40,41 @@ def predicted_speedup_from_tau(tau: float, draft_cost_per_step: float) -> float:
     overhead plus the extra cost of verifying γ+1 tokens at once.
     """
     return tau / (draft_cost_per_step + 1)
+
+
+@dataclass
+class Tally:
+    """Everything measured for one γ across all prompts."""
+
+    stats: DecodeStats = field(default_factory=DecodeStats)
+    seconds: float = 0.0
+    tokens: int = 0
+    equal_rows: int = 0
+    outputs: list = field(default_factory=list)
+
+
+def decode_figures(tally: Tally, ar: Tally, depth: int, is_chain: bool) -> dict:
+    """Acceptance, speed and the cost model for one γ (ARCHITECTURE: Metrics)."""
+    s = tally.stats
+    summary = summarize(s.accept_counts, depth, tally.tokens)
+    target_per_forward = s.target_seconds / s.target_forwards
+    cost_ratio = (s.draft_seconds / s.proposed_tokens) / target_per_forward  # per batch step on both sides
+    draft_per_step = s.draft_seconds / s.target_forwards
+    return {
+        "tau": summary["tau"],
+        "alpha": summary["alpha"],
+        "per_position_acceptance": summary["per_position_acceptance"],
+        "speedup": (tally.tokens / tally.seconds) / (ar.tokens / ar.seconds),
+        # Leviathan et al.'s formula assumes i.i.d. acceptance over a chain; it has no meaning for trees.
+        "predicted_speedup": predicted_speedup(summary["alpha"], depth, cost_ratio) if is_chain else None,
+        "predicted_speedup_from_tau": predicted_speedup_from_tau(summary["tau"], draft_per_step / target_per_forward),
+        "cost_ratio": cost_ratio,
+        "tokens_per_second": tally.tokens / tally.seconds,
+        "seconds_per_step": {
+            "draft": draft_per_step,
+            "target_forward": target_per_forward,
+            "verify_and_cache": s.verify_seconds / s.target_forwards,
+            "other": tally.seconds / s.target_forwards - (s.draft_seconds + s.target_seconds + s.verify_seconds) / s.target_forwards,
+        },
+        "steps": summary["steps"],
+    }

@@ -7,28 +7,17 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import torch
 
 from eval.config import EvalConfig
 from eval.errors import EvalError
-from eval.metrics import predicted_speedup, predicted_speedup_from_tau, summarize
+from eval.metrics import Tally, decode_figures
 from eval.proposer import Proposer
 from eval.report import write_report
 from eval.sampling import SamplingParams
-from eval.speculative import Acceptance, DecodeStats, autoregressive_generate, speculative_generate
-
-
-@dataclass
-class _Tally:
-    """Everything measured for one γ across all prompts."""
-
-    stats: DecodeStats = field(default_factory=DecodeStats)
-    seconds: float = 0.0
-    tokens: int = 0
-    equal_rows: int = 0
-    outputs: list = field(default_factory=list)
+from eval.speculative import Acceptance, autoregressive_generate, speculative_generate
 
 
 def _check(cfg: EvalConfig) -> None:
@@ -70,8 +59,8 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
     for p in warmup:  # untimed
         run_ar([p]), [run_spec([p], g) for g in gammas]
 
-    ar = _Tally()
-    spec = {g: _Tally() for g in gammas}
+    ar = Tally()
+    spec = {g: Tally() for g in gammas}
     for start in range(0, len(prompts), cfg.batch_size):  # interleaved, so machine noise hits every side alike
         batch = prompts[start : start + cfg.batch_size]
         t0 = time.perf_counter()
@@ -89,7 +78,7 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
             spec[g].outputs += out
 
     depth = len(cfg.tree) if cfg.tree else None
-    sweep = [_figures(spec[g], ar, depth or g, is_chain=not cfg.tree) | {"num_speculative_tokens": g} for g in gammas]
+    sweep = [decode_figures(spec[g], ar, depth or g, is_chain=not cfg.tree) | {"num_speculative_tokens": g} for g in gammas]
     main = sweep[gammas.index(cfg.num_speculative_tokens)]
     best = max(sweep, key=lambda row: row["speedup"])
     lossless = params.greedy or acceptance.rule == "exact"
@@ -112,30 +101,3 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
         samples = [{"prompt_ids": p, "speculative_ids": s, "autoregressive_ids": a, "equal": s == a} for p, s, a in zip(prompts, outputs, ar.outputs)]
         write_report(out_dir, report, samples)
     return report
-
-
-def _figures(tally: _Tally, ar: _Tally, depth: int, is_chain: bool) -> dict:
-    """Acceptance, speed and the cost model for one γ (ARCHITECTURE: Metrics)."""
-    s = tally.stats
-    summary = summarize(s.accept_counts, depth, tally.tokens)
-    target_per_forward = s.target_seconds / s.target_forwards
-    cost_ratio = (s.draft_seconds / s.proposed_tokens) / target_per_forward  # per batch step on both sides
-    draft_per_step = s.draft_seconds / s.target_forwards
-    return {
-        "tau": summary["tau"],
-        "alpha": summary["alpha"],
-        "per_position_acceptance": summary["per_position_acceptance"],
-        "speedup": (tally.tokens / tally.seconds) / (ar.tokens / ar.seconds),
-        # Leviathan et al.'s formula assumes i.i.d. acceptance over a chain; it has no meaning for trees.
-        "predicted_speedup": predicted_speedup(summary["alpha"], depth, cost_ratio) if is_chain else None,
-        "predicted_speedup_from_tau": predicted_speedup_from_tau(summary["tau"], draft_per_step / target_per_forward),
-        "cost_ratio": cost_ratio,
-        "tokens_per_second": tally.tokens / tally.seconds,
-        "seconds_per_step": {
-            "draft": draft_per_step,
-            "target_forward": target_per_forward,
-            "verify_and_cache": s.verify_seconds / s.target_forwards,
-            "other": tally.seconds / s.target_forwards - (s.draft_seconds + s.target_seconds + s.verify_seconds) / s.target_forwards,
-        },
-        "steps": summary["steps"],
-    }

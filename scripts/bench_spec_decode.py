@@ -56,10 +56,10 @@ def main() -> None:
 
     from distill.target import load_tokenizer, resolve_target
     from distill.config import TargetConfig
-    from eval.metrics import predicted_speedup, predicted_speedup_from_tau, summarize
+    from eval.metrics import Tally, decode_figures
     from eval.proposer import DraftLMProposer
     from eval.sampling import SamplingParams
-    from eval.speculative import DecodeStats, autoregressive_generate, speculative_generate
+    from eval.speculative import autoregressive_generate, speculative_generate
 
     drafter = args.drafter or _newest_toy_drafter()
     if drafter is None or not (drafter / "drafthub.json").exists():
@@ -87,46 +87,40 @@ def main() -> None:
         for ids in prompts[:2]:  # warm-up, untimed
             for run in runs.values():
                 run(ids)
-        seconds = dict.fromkeys(runs, 0.0)
-        tokens = dict.fromkeys(runs, 0)
-        stats, identical = DecodeStats(), True
+        tallies = {name: Tally() for name in runs}
+        identical = True
         for ids in prompts[2:]:  # interleaved: machine noise hits every contender alike
             outputs = {}
             for name, run in runs.items():
                 t0 = time.perf_counter()
-                outputs[name], s = run(ids)
-                seconds[name] += time.perf_counter() - t0
-                tokens[name] += len(outputs[name])
-                if s is not None:
-                    stats.add(s)
+                outputs[name], stats = run(ids)
+                tallies[name].seconds += time.perf_counter() - t0
+                tallies[name].tokens += len(outputs[name])
+                if stats is not None:
+                    tallies[name].stats.add(stats)
             identical &= outputs["ours_autoregressive"] == outputs["ours_speculative"] == outputs["hf_assisted"]
 
-    tps = {k: tokens[k] / seconds[k] for k in runs}
-    summary = summarize(stats.accept_counts, args.gamma, tokens["ours_speculative"])
-    per_forward = stats.target_seconds / stats.target_forwards
-    cost_ratio = (stats.draft_seconds / stats.proposed_tokens) / per_forward
-    ar_step = seconds["ours_autoregressive"] / tokens["ours_autoregressive"]
-    speedup = tps["ours_speculative"] / tps["ours_autoregressive"]
-    predicted = predicted_speedup(summary["alpha"], args.gamma, cost_ratio)
-    steps = stats.target_forwards
+    tps = {k: t.tokens / t.seconds for k, t in tallies.items()}
+    fig = decode_figures(tallies["ours_speculative"], tallies["ours_autoregressive"], args.gamma, is_chain=True)
+    per_step = fig["seconds_per_step"]
     print(json.dumps({
         "tokens_per_second": {k: round(v, 1) for k, v in tps.items()},
-        "speedup_b_over_a": round(speedup, 3),
+        "speedup_b_over_a": round(fig["speedup"], 3),
         "ratio_b_over_c": round(tps["ours_speculative"] / tps["hf_assisted"], 3),
-        "alpha": round(summary["alpha"], 3),
-        "tau": round(summary["tau"], 3),
-        "cost_ratio": round(cost_ratio, 3),
-        "predicted_speedup": round(predicted, 3),
-        "speedup_over_predicted": round(speedup / predicted, 3),
-        "predicted_speedup_from_tau": round(predicted_speedup_from_tau(summary["tau"], stats.draft_seconds / steps / per_forward), 3),
+        "alpha": round(fig["alpha"], 3),
+        "tau": round(fig["tau"], 3),
+        "cost_ratio": round(fig["cost_ratio"], 3),
+        "predicted_speedup": round(fig["predicted_speedup"], 3),
+        "speedup_over_predicted": round(fig["speedup"] / fig["predicted_speedup"], 3),
+        "predicted_speedup_from_tau": round(fig["predicted_speedup_from_tau"], 3),
         "identical_tokens": identical,
         "ms_per_step": {
-            "draft": round(stats.draft_seconds / steps * 1e3, 2),
-            "target_verify_forward": round(per_forward * 1e3, 2),
-            "accept_and_cache": round(stats.verify_seconds / steps * 1e3, 2),
-            "other": round((seconds["ours_speculative"] - stats.draft_seconds - stats.target_seconds - stats.verify_seconds) / steps * 1e3, 2),
+            "draft": round(per_step["draft"] * 1e3, 2),
+            "target_verify_forward": round(per_step["target_forward"] * 1e3, 2),
+            "accept_and_cache": round(per_step["verify_and_cache"] * 1e3, 2),
+            "other": round(per_step["other"] * 1e3, 2),
         },
-        "ms_per_autoregressive_token": round(ar_step * 1e3, 2),
+        "ms_per_autoregressive_token": round(tallies["ours_autoregressive"].seconds / tallies["ours_autoregressive"].tokens * 1e3, 2),
         "gamma": args.gamma,
         "prompts": len(prompts) - 2,
         "max_new_tokens": args.max_new_tokens,
