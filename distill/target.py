@@ -46,9 +46,14 @@ def torch_dtype(name: str):
 def load_tokenizer(cfg: TargetConfig):
     path = resolve_target(cfg.name_or_path)
     try:
-        return AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     except OSError as e:
         raise DistillError(f"could not load the tokenizer of {cfg.name_or_path!r} ({str(e).splitlines()[0]}); check target.name_or_path") from None
+    if cfg.chat_template is not None:
+        tokenizer.chat_template = cfg.chat_template
+    if not tokenizer.chat_template:
+        raise DistillError(f"the tokenizer of {cfg.name_or_path!r} has no chat template; set target.chat_template to the Jinja template the target was trained with")
+    return tokenizer
 
 
 def load_target(cfg: TargetConfig, device: torch.device | str = "cpu"):

@@ -1,6 +1,6 @@
 """`python -m eval drafter_dir=DIR prompts=FILE.jsonl out_dir=DIR [target_path=NAME_OR_PATH]`.
 
-Measures an exported draft-LM directory against its target (read from the drafter's
+Measures an exported drafter directory (draft LM or Medusa) against its target (read from the drafter's
 drafthub.json unless given) and writes eval_report.json, eval_samples.jsonl and report.md.
 """
 
@@ -22,7 +22,7 @@ from eval.errors import EvalError
 
 @dataclass
 class EvalAppConfig:
-    drafter_dir: str = MISSING  # exported drafter directory (HF causal LM + drafthub.json)
+    drafter_dir: str = MISSING  # exported drafter directory (HF causal LM or vLLM Medusa format, + drafthub.json)
     prompts: str = MISSING  # JSONL of {"messages": [...]} conversations
     out_dir: str = MISSING  # where the report goes
     target_path: Optional[str] = None  # target name or path; None = the one in drafter/drafthub.json
@@ -48,25 +48,24 @@ def main(cfg) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from eval.prompts import read_prompt_ids
-    from eval.proposer import DraftLMProposer
+    from eval.drafters import load_proposer
     from eval.run import evaluate
+    from heads.errors import HeadsError
 
     app: EvalAppConfig = OmegaConf.to_object(cfg)
     try:
         drafter = Path(app.drafter_dir)
-        if not (drafter / "config.json").exists():
-            raise EvalError(f"{drafter} is not an exported drafter directory (no config.json)")
         target_name = app.target_path or _target_of(drafter)
         device = torch.device(app.device if app.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
         tokenizer = AutoTokenizer.from_pretrained(target_name, trust_remote_code=app.trust_remote_code)
         target = AutoModelForCausalLM.from_pretrained(target_name, trust_remote_code=app.trust_remote_code, use_safetensors=True).eval().to(device)
-        draft = AutoModelForCausalLM.from_pretrained(drafter, use_safetensors=True).eval().to(device)
+        proposer, kind = load_proposer(drafter, len(tokenizer), app.eval, device)
         prompts = read_prompt_ids(app.prompts, tokenizer, app.eval.num_prompts + app.eval.warmup_prompts)
         eos = target.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos if eos is not None else tokenizer.eos_token_id])
-        names = {"target": target_name, "drafter": str(drafter), "kind": "draft_lm"}
-        report = evaluate(target, DraftLMProposer(draft, len(tokenizer), tree=app.eval.tree), prompts, app.eval, eos_ids, len(tokenizer), names, out_dir=app.out_dir)
-    except EvalError as e:
+        names = {"target": target_name, "drafter": str(drafter), "kind": kind}
+        report = evaluate(target, proposer, prompts, app.eval, eos_ids, len(tokenizer), names, out_dir=app.out_dir)
+    except (EvalError, HeadsError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps({k: report[k] for k in ("tau", "alpha", "speedup", "predicted_speedup", "lossless", "recommended_num_speculative_tokens")}))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any
 
 
 @dataclass
@@ -12,7 +12,9 @@ class EvalConfig:
     max_new_tokens: int = 64  # tokens decoded per prompt
     num_speculative_tokens: int = 4  # γ: draft tokens proposed per target forward (chains)
     gamma_sweep: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8])  # γ values also measured to recommend one; [] = off
-    tree: Optional[list[int]] = None  # draft-LM token tree: children per depth, e.g. [3, 2, 1]; null = chain of γ
+    # null = chains of γ; [3, 2, 1] = children per depth (draft LM: top-k / draws per node; Medusa:
+    # top-k of head d); drafter = the tree saved with the drafter (Medusa: built from head accuracy)
+    tree: Any = None
     batch_size: int = 1  # rows decoded together (chain or tree; speedup compares like with like)
     temperature: float = 0.0  # 0 = greedy (losslessness checked token for token)
     top_p: float = 1.0  # nucleus sampling, applied to target and drafter alike

@@ -69,6 +69,7 @@ def decode_figures(tally: Tally, ar: Tally, depth: int, is_chain: bool) -> dict:
         "predicted_speedup": predicted_speedup(summary["alpha"], depth, cost_ratio) if is_chain else None,
         "predicted_speedup_from_tau": predicted_speedup_from_tau(summary["tau"], draft_per_step / target_per_forward),
         "cost_ratio": cost_ratio,
+        "draft_tokens_per_step": s.proposed_tokens / s.target_forwards,  # γ for chains, the node count for trees
         "tokens_per_second": tally.tokens / tally.seconds,
         "seconds_per_step": {
             "draft": draft_per_step,

@@ -43,8 +43,10 @@ class TargetFeatures:
 
 class Proposer(Protocol):
     # HF output_hidden_states ids the drafter reads (hidden_states[k] enters decoder layer k);
-    # () = the drafter needs no target signal.
+    # () = the drafter needs no target signal; −1 = the final normed hidden state (lm_head's input).
     target_layer_ids: tuple[int, ...]
+    tree_depth: Optional[int]  # None: proposes chains of γ; else the depth of its (fixed-shape) tree
+    max_num_speculative_tokens: Optional[int]  # longest chain it can propose (Medusa: its head count); None = any
 
     def reset(self, batch_size: int, device: torch.device) -> None:
         """Forget all state; a new batch of sequences starts."""
@@ -71,9 +73,11 @@ class DraftLMProposer:
     """
 
     target_layer_ids: tuple[int, ...] = ()
+    max_num_speculative_tokens = None
 
     def __init__(self, model: torch.nn.Module, vocab_size: int, tree: Optional[list[int]] = None):
         self.model, self.vocab_size, self.tree = model, vocab_size, list(tree or [])
+        self.tree_depth = len(self.tree) or None
         self.cache: Optional[SlotCache] = None
 
     def reset(self, batch_size: int = 1, device: Optional[torch.device] = None) -> None:

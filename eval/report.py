@@ -31,7 +31,10 @@ def _fmt(x, spec=".3f"):
 
 def render_markdown(r: dict) -> str:
     s = r["settings"]
-    shape = f"tree {s['tree']} (children per depth)" if s["tree"] else f"chain, γ = {s['num_speculative_tokens']}"
+    if s["tree"] == "drafter":
+        shape = f"the drafter's own tree ({r['draft_tokens_per_step']:.0f} nodes)"
+    else:
+        shape = f"tree {s['tree']} (children per depth)" if s["tree"] else f"chain, γ = {s['num_speculative_tokens']}"
     sampling = "greedy" if s["temperature"] <= 0 else f"temperature {s['temperature']}, top-p {s['top_p']}, top-k {s['top_k'] or 'off'}"
     rows = "\n".join(f"| {i + 1} | {a:.3f} |" for i, a in enumerate(r["per_position_acceptance"]))
     per_step = r["seconds_per_step"]

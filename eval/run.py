@@ -20,13 +20,14 @@ from eval.sampling import SamplingParams
 from eval.speculative import Acceptance, autoregressive_generate, speculative_generate
 
 
-def _check(cfg: EvalConfig) -> None:
+def check_settings(cfg: EvalConfig) -> None:
+    """Raise EvalError naming the first bad eval setting and its fix."""
     if cfg.acceptance not in ("exact", "typical"):
         raise EvalError(f"eval.acceptance={cfg.acceptance!r} is not a rule; use exact (lossless) or typical (Medusa's, lossy)")
     if cfg.num_speculative_tokens < 1 or any(g < 1 for g in cfg.gamma_sweep):
         raise EvalError("eval.num_speculative_tokens and every eval.gamma_sweep value must be ≥ 1")
-    if cfg.tree is not None and (not cfg.tree or any(k < 1 for k in cfg.tree)):
-        raise EvalError(f"eval.tree={cfg.tree} must list ≥ 1 children per depth, e.g. [3, 2, 1]")
+    if cfg.tree is not None and cfg.tree != "drafter" and (isinstance(cfg.tree, str) or not cfg.tree or any(not isinstance(k, int) or k < 1 for k in cfg.tree)):
+        raise EvalError(f"eval.tree={cfg.tree} must be null (chains), children per depth such as [3, 2, 1], or drafter (the tree saved with a Medusa drafter)")
     if cfg.batch_size < 1:
         raise EvalError("eval.batch_size must be ≥ 1")
 
@@ -39,14 +40,18 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
     Returns:
         the report dict (also eval_report.json).
     """
-    _check(cfg)
+    check_settings(cfg)
     if not prompts:
         raise EvalError("no eval prompts")
     device = next(target.parameters()).device
     params = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k)
     acceptance = Acceptance(cfg.acceptance, cfg.typical_threshold, cfg.typical_alpha)
-    # Trees have no γ: their shape is the tree. Chains are measured at γ and across the sweep.
-    gammas = [cfg.num_speculative_tokens] if cfg.tree else sorted({cfg.num_speculative_tokens, *cfg.gamma_sweep})
+    # Trees have no γ: their shape is the tree. Chains are measured at γ and across the sweep,
+    # up to the longest chain the drafter can propose (Medusa: one token per head).
+    depth, longest = proposer.tree_depth, proposer.max_num_speculative_tokens
+    if depth is None and longest is not None and cfg.num_speculative_tokens > longest:
+        raise EvalError(f"eval.num_speculative_tokens={cfg.num_speculative_tokens} but this {names.get('kind', '')} drafter proposes at most {longest} tokens per step; lower it")
+    gammas = [cfg.num_speculative_tokens] if depth else sorted({cfg.num_speculative_tokens, *(g for g in cfg.gamma_sweep if longest is None or g <= longest)})
     generator = torch.Generator(device=device).manual_seed(cfg.seed)
     warmup, prompts = prompts[: cfg.warmup_prompts], prompts[: cfg.num_prompts]
 
@@ -77,8 +82,7 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
             spec[g].equal_rows += sum(o == a for o, a in zip(out, ar_out))
             spec[g].outputs += out
 
-    depth = len(cfg.tree) if cfg.tree else None
-    sweep = [decode_figures(spec[g], ar, depth or g, is_chain=not cfg.tree) | {"num_speculative_tokens": g} for g in gammas]
+    sweep = [decode_figures(spec[g], ar, depth or g, is_chain=depth is None) | {"num_speculative_tokens": g} for g in gammas]
     main = sweep[gammas.index(cfg.num_speculative_tokens)]
     best = max(sweep, key=lambda row: row["speedup"])
     lossless = params.greedy or acceptance.rule == "exact"
@@ -91,7 +95,7 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
         "lossless": (spec[cfg.num_speculative_tokens].equal_rows == len(prompts)) if params.greedy else (None if lossless else False),
         "lossless_prompts": spec[cfg.num_speculative_tokens].equal_rows,
         "acceptance_rule": "greedy" if params.greedy else ("exact rejection sampling" if lossless else "typical acceptance (lossy)"),
-        "recommended_num_speculative_tokens": None if cfg.tree else best["num_speculative_tokens"],
+        "recommended_num_speculative_tokens": None if depth else best["num_speculative_tokens"],
         "gamma_sweep": sweep if len(sweep) > 1 else [],
         "settings": {**asdict(cfg), "num_prompts": len(prompts), "device": str(device)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -12,7 +12,7 @@ def render_model_card(provenance: dict) -> str:
     kind = provenance["kind"]
     per_pos = ", ".join(f"{a:.2f}" for a in ev.get("per_position_acceptance", []))
     return f"""---
-library_name: transformers
+library_name: {'vllm' if kind == 'medusa' else 'transformers'}
 pipeline_tag: text-generation
 base_model: {json.dumps(target)}
 tags:
@@ -28,14 +28,37 @@ drafthub on the target's own answers (recipe `{provenance['recipe']['recipe_name
 
 ## Measured acceptance (drafthub eval, {ev.get('settings', {}).get('num_prompts', '?')} held-out prompts)
 
-| τ (mean accepted length) | α | speedup vs autoregressive | γ | lossless |
+| τ (mean accepted length) | α | speedup vs autoregressive | γ or tree | lossless |
 |---|---|---|---|---|
-| {ev.get('tau', float('nan')):.3f} | {ev.get('alpha', float('nan')):.3f} | {ev.get('speedup', float('nan')):.2f}× | {ev.get('settings', {}).get('num_speculative_tokens', '?')} | {ev.get('lossless')} |
+| {ev.get('tau', float('nan')):.3f} | {ev.get('alpha', float('nan')):.3f} | {ev.get('speedup', float('nan')):.2f}× | {_shape(ev)} | {ev.get('lossless')} |
 
 Per-position acceptance: {per_pos or 'n/a'}. Recommended `num_speculative_tokens` (fastest in
-the γ sweep): {ev.get('recommended_num_speculative_tokens', 'n/a')}.
+the γ sweep): {ev.get('recommended_num_speculative_tokens', 'n/a')}.{_heads_section(provenance)}
 
-## Use it
+{_usage(kind, target, ev, provenance)}
+
+Provenance (target revision, tokenizer hash, data manifest, resolved recipe) is in `drafthub.json`.
+"""
+
+
+def _usage(kind: str, target: str, ev: dict, provenance: dict) -> str:
+    """How to serve this drafter with each consumer that supports its format."""
+    gamma = ev.get("recommended_num_speculative_tokens") or ev.get("settings", {}).get("num_speculative_tokens", 4)
+    if kind == "medusa":
+        heads = provenance["drafter_config"]["num_heads"]
+        return f"""## Use it
+
+vLLM (Medusa method: a chain of every head's top-1, so γ is the head count):
+
+```python
+from vllm import LLM
+llm = LLM(model="{target}", speculative_config={{"method": "medusa", "model": "THIS_DIRECTORY", "num_speculative_tokens": {heads}}})
+```
+
+drafthub's engine (chains, or the token tree in `medusa_tree.json`, lossless):
+`python -m eval drafter_dir=THIS_DIRECTORY prompts=PROMPTS.jsonl out_dir=OUT eval.tree=drafter`.
+transformers' `generate` has no Medusa support."""
+    return f"""## Use it
 
 ```python
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -46,7 +69,28 @@ ids = tok.apply_chat_template([{{"role": "user", "content": "..."}}], add_genera
 out = target.generate(ids, assistant_model=draft, max_new_tokens=128)
 ```
 
-vLLM: `speculative_config={{"method": "draft_model", "model": "THIS_DIRECTORY", "num_speculative_tokens": {ev.get('recommended_num_speculative_tokens', 4)}}}`.
+vLLM: `speculative_config={{"method": "draft_model", "model": "THIS_DIRECTORY", "num_speculative_tokens": {gamma}}}`."""
 
-Provenance (target revision, tokenizer hash, data manifest, resolved recipe) is in `drafthub.json`.
-"""
+
+def _heads_section(provenance: dict) -> str:
+    """Medusa: per-head accuracy on held-out samples and the tree built from it."""
+    cal = provenance.get("medusa")
+    if not cal or "head_accuracy" not in cal:
+        return ""
+    rows = "\n".join(f"| {k} | +{k + 2} | {acc[0]:.3f} | {sum(acc[:5]):.3f} |" for k, acc in enumerate(cal["head_accuracy"]))
+    return f"""
+
+## Medusa heads (held-out accuracy, {cal['holdout_samples']} samples)
+
+| head | predicts token | top-1 | top-5 |
+|---|---|---|---|
+{rows}
+
+Token tree (`medusa_tree.json`): {cal['tree_nodes']} nodes, depth {cal['tree_depth']}, expected τ {cal['expected_tau']:.2f} if the heads erred independently."""
+
+
+def _shape(ev: dict) -> str:
+    settings = ev.get("settings", {})
+    if settings.get("tree"):
+        return f"tree ({ev.get('draft_tokens_per_step', 0):.0f} nodes)"
+    return str(settings.get("num_speculative_tokens", "?"))

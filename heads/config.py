@@ -28,3 +28,14 @@ class DraftLMConfig:
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = True
     lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass
+class MedusaConfig:
+    kind: str = "medusa"
+    num_heads: int = 4  # head k predicts the token k+2 ahead; chains propose at most num_heads tokens
+    num_layers: int = 1  # residual blocks per head
+    loss_decay: float = 0.8  # λ: the loss is Σ_k λ^k · loss_k, so nearer heads weigh more
+    holdout_samples: int = 64  # distilled samples kept out of training to measure head accuracy for the tree
+    tree_nodes: int = 32  # node budget of the token tree built from that accuracy (saved with the export)
+    tree_topk: int = 8  # candidates per head the tree may use (accuracy measured for ranks 1..tree_topk)

@@ -70,8 +70,35 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world):
     r = run("eval", f"drafter_dir={run_dir}/drafter", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev2", "eval.acceptance=tipical")
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: eval.acceptance='tipical' is not a rule")
     assert not (tmp_path / "ev2").exists()
+    r = run("eval", f"drafter_dir={run_dir}/drafter", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev3", "eval.tree=drafter")
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: eval.tree=drafter needs a drafter that saves its tree")
     # Second run: every stage is found complete and skipped (fast, same report).
     mtime = (run_dir / "eval" / "eval_report.json").stat().st_mtime
     r = run("train", *SMALL, f"run_dir={tmp_path}/run")
     assert r.returncode == 0
     assert (run_dir / "eval" / "eval_report.json").stat().st_mtime == mtime
+
+
+@pytest.mark.slow
+def test_toy_medusa_recipe_end_to_end(tmp_path, micro_world):
+    """Distil, train heads, calibrate the tree, evaluate losslessly, export in vLLM's Medusa format."""
+    small = [s for s in SMALL if not s.startswith("eval.gamma_sweep")]
+    r = run("train", "recipe=toy_medusa", *small, "trainer.max_steps=10", "drafter.holdout_samples=8", "drafter.tree_nodes=10", f"run_dir={tmp_path}/run")
+    assert r.returncode == 0, r.stderr[-3000:]
+    drafter = tmp_path / "run" / "drafter"
+    config = json.loads((drafter / "config.json").read_text())
+    assert config["model_type"] == "medusa" and config["num_heads"] == 4
+    tree = json.loads((drafter / "medusa_tree.json").read_text())
+    assert len(tree["paths"]) == 10 and len(tree["head_accuracy"]) == 4
+    report = json.loads((tmp_path / "run" / "eval" / "eval_report.json").read_text())
+    assert report["kind"] == "medusa" and report["lossless"] is True
+    assert [g["num_speculative_tokens"] for g in report["gamma_sweep"]] == [1, 2, 3, 4]  # capped at the head count
+    prompts = micro_world.prompts_file("heldout")
+    # The exported directory decodes with its own tree, losslessly, through the eval app.
+    r = run("eval", f"drafter_dir={drafter}", f"prompts={prompts}", f"out_dir={tmp_path}/ev", "eval.num_prompts=3", "eval.max_new_tokens=16", "eval.tree=drafter", "eval.batch_size=2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["lossless"] is True
+    assert json.loads((tmp_path / "ev" / "eval_report.json").read_text())["draft_tokens_per_step"] == 10
+    r = run("eval", f"drafter_dir={drafter}", f"prompts={prompts}", f"out_dir={tmp_path}/ev2", "eval.num_speculative_tokens=6")
+    assert r.returncode == 2 and "proposes at most 4 tokens per step; lower it" in r.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "ev2").exists()

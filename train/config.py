@@ -14,14 +14,14 @@ from omegaconf import MISSING, OmegaConf
 
 from distill.config import DataConfig, TargetConfig
 from eval.config import EvalConfig
-from heads.config import DraftLMConfig
+from heads.config import DraftLMConfig, MedusaConfig
 
 STAGES = ("distill", "train", "eval", "publish")
 
 
 @dataclass
 class TrainerConfig:
-    loss: str = "fkl"  # fkl | rkl | jsd | tvd | ce (ce: plain CE on the sampled tokens, no teacher)
+    loss: str = "fkl"  # fkl | rkl | jsd | tvd | ce (ce: plain CE on the sampled tokens, no teacher); Medusa: per head
     jsd_beta: float = 0.5  # β of the generalised JSD (0.5 = symmetric JSD)
     kd_temperature: float = 1.0  # softens both distributions before the KD loss
     lr: float = 3e-3  # peak learning rate (AdamW)
@@ -71,6 +71,7 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     cs.store(group="drafter", name="draft_lm_schema", node=DraftLMConfig)
+    cs.store(group="drafter", name="medusa_schema", node=MedusaConfig)
     for entry in resources.files("recipes").iterdir():
         if entry.name.endswith(".yaml"):
             node = OmegaConf.create(entry.read_text())

@@ -75,7 +75,8 @@ def train_loop(accelerator: Accelerator, cfg: TrainerConfig, model: torch.nn.Mod
         if done % cfg.log_every == 0 or done == cfg.max_steps:
             # host sync: only every log_every steps
             metrics = {k: float(v) for k, v in step_metrics.items()} | {"lr": scheduler.get_last_lr()[0]}
-            bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items()})
+            shown = getattr(objective, "progress_keys", None) or list(metrics)  # the objective may pick a few for the bar
+            bar.set_postfix({k: f"{metrics[k]:.4g}" for k in shown if k in metrics})
             accelerator.log(metrics, step=done)
         if done % cfg.save_every == 0 or done == cfg.max_steps:
             save_checkpoint(accelerator, ckpt_dir, done, config_dict, cfg.keep_last)

@@ -6,6 +6,8 @@ from typing import Protocol
 
 import torch
 
+from distill.features import final_hidden_states
+from heads.medusa_tree import rank_accuracy
 from train.losses import kd_loss
 
 
@@ -41,3 +43,48 @@ class DraftLMDistillation:
             reference = labels if teacher is None else teacher.argmax(-1)
             metrics = {"loss": loss.detach(), "top1_agreement": (student.argmax(-1) == reference).float().mean()}
         return loss, metrics
+
+
+class MedusaDistillation:
+    """Train Medusa heads on a frozen target's own samples, hidden states computed online.
+
+    Head k at position t reads the target's final hidden state h_t and predicts token t+k+2;
+    a position counts when that token is assistant-written. loss_k is `loss` between head k
+    and either the sampled token (`ce`) or the target's own distribution for that token, i.e.
+    its logits at t+k+1 (`fkl` etc.: self-distillation). The total is Σ_k decay^k · loss_k.
+    Each head sees only its valid positions, so no (K, B, T, V) tensor is materialised.
+    """
+
+    def __init__(self, target: torch.nn.Module, num_heads: int, loss: str, vocab_size: int, decay: float = 0.8, jsd_beta: float = 0.5, temperature: float = 1.0):
+        self.target, self.num_heads, self.loss, self.vocab_size = target, num_heads, loss, vocab_size
+        self.decay, self.jsd_beta, self.temperature = decay, jsd_beta, temperature
+        self.progress_keys = ["loss", *(f"head{k}_top1" for k in range(num_heads))]  # the rest goes to the trackers
+
+    def __call__(self, model, batch):
+        hidden, target_logits = final_hidden_states(self.target, batch["input_ids"], batch["attention_mask"])  # (B, T, H), (B, T, V)
+        inputs, all_labels, masks = medusa_positions(hidden, batch, self.num_heads, with_masks=True)
+        total, metrics, t = 0.0, {}, self.temperature
+        for k, (logits, labels, m) in enumerate(zip(model(inputs), all_labels, masks)):
+            logits = logits[:, : self.vocab_size]  # (N_k, V)
+            teacher = None if self.loss == "ce" else target_logits[:, k + 1 : -1][m][:, : self.vocab_size] / t  # logits at t+k+1 predict t+k+2
+            per_token = kd_loss(self.loss, logits / t, teacher, labels, self.jsd_beta)
+            loss_k = per_token.sum() / max(per_token.numel(), 1)  # an empty head still joins the graph
+            total = total + self.decay**k * loss_k
+            with torch.no_grad():
+                hits = rank_accuracy(logits, labels, 5).cumsum(0)  # top-1 … top-5
+                metrics[f"head{k}_loss"] = loss_k.detach()
+                metrics[f"head{k}_top1"], metrics[f"head{k}_top5"] = hits[0], hits[4]
+        metrics["loss"] = total.detach()
+        return total, metrics
+
+
+def medusa_positions(hidden: torch.Tensor, batch: dict[str, torch.Tensor], num_heads: int, with_masks: bool = False):
+    """Per head k: the hidden states h_t (N_k, H) whose label token t+k+2 is assistant-written, and those labels (N_k,).
+
+    With with_masks, also the (B, T−k−2) position masks that selected them.
+    """
+    counts = (batch["loss_mask"] * batch["attention_mask"]).bool()  # (B, T): token t counts
+    masks = [counts[:, k + 2 :] for k in range(num_heads)]
+    inputs = [hidden[:, : -(k + 2)][m] for k, m in enumerate(masks)]
+    labels = [batch["input_ids"][:, k + 2 :][m] for k, m in enumerate(masks)]
+    return (inputs, labels, masks) if with_masks else (inputs, labels)

@@ -20,13 +20,17 @@ from distill.prompts import load_conversations
 from distill.run import distill, config_hash as distill_hash
 from distill.shards import load_distilled, atomic_write_text
 from distill.target import eos_token_ids, load_target, load_tokenizer, resolve_target, toyworld_prompts
-from eval.proposer import DraftLMProposer
-from eval.run import evaluate
+from eval.drafters import load_proposer
+from eval.run import check_settings, evaluate
 from heads.draft_lm import DraftLM
 from heads.formats.hf_causal import export_draft_lm
+from heads.formats.medusa_vllm import export_medusa
+from heads.medusa import MedusaHeads
 from train.config import STAGES, RunConfig
+from train.calibration import calibrate_medusa
+from train.losses import LOSSES
 from train.loop import build_accelerator, train_loop
-from train.objectives import DraftLMDistillation
+from train.objectives import DraftLMDistillation, MedusaDistillation
 
 SUMMARY = "train_summary.json"
 
@@ -92,6 +96,9 @@ def run_pipeline(config) -> dict:
     unknown = [s for s in cfg.stages if s not in STAGES]
     if unknown:
         raise PipelineError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
+    if cfg.trainer.loss not in LOSSES:  # checked before any stage runs, so no work is wasted on a typo
+        raise PipelineError(f"trainer.loss={cfg.trainer.loss!r} is not a loss; use one of {list(LOSSES)}")
+    check_settings(cfg.eval)
     cfg_dict = OmegaConf.to_container(dict_config, resolve=True)
     paths = RunPaths(resolve_run_dir(cfg, cfg_dict))
     (paths.root / ".hydra").mkdir(parents=True, exist_ok=True)
@@ -130,17 +137,29 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
     tokenizer = load_tokenizer(cfg.target)
     target = load_target(cfg.target, device)
     dataset = load_distilled(paths.data)
-    if cfg.drafter.kind != "draft_lm":
-        raise PipelineError(f"drafter.kind={cfg.drafter.kind!r} is not trainable yet; use drafter=draft_lm")
-    torch.manual_seed(cfg.trainer.seed)  # the fresh draft's initial weights
-    drafter = DraftLM.from_config(cfg.drafter, target.config, tokenizer, cfg.target.trust_remote_code)
-    objective = DraftLMDistillation(target, cfg.trainer.loss, len(tokenizer), cfg.trainer.jsd_beta, cfg.trainer.kd_temperature)
-    accelerator = build_accelerator(cfg.trainer, paths.root)
+    trainer, kind = cfg.trainer, cfg.drafter.kind
+    torch.manual_seed(trainer.seed)  # the fresh drafter's initial weights
+    if kind == "draft_lm":
+        drafter = DraftLM.from_config(cfg.drafter, target.config, tokenizer, cfg.target.trust_remote_code)
+        objective = DraftLMDistillation(target, trainer.loss, len(tokenizer), trainer.jsd_beta, trainer.kd_temperature)
+    elif kind == "medusa":
+        holdout = cfg.drafter.holdout_samples
+        if not 0 < holdout <= len(dataset) - trainer.batch_size:
+            raise PipelineError(f"drafter.holdout_samples={holdout} must be ≥ 1 and leave ≥ trainer.batch_size={trainer.batch_size} of the {len(dataset)} distilled samples for training")
+        dataset, holdout_set = dataset.select(range(len(dataset) - holdout)), dataset.select(range(len(dataset) - holdout, len(dataset)))
+        drafter = MedusaHeads.from_target(cfg.drafter, target)
+        objective = MedusaDistillation(target, cfg.drafter.num_heads, trainer.loss, len(tokenizer), cfg.drafter.loss_decay, trainer.jsd_beta, trainer.kd_temperature)
+    else:
+        raise PipelineError(f"drafter.kind={kind!r} is not trainable yet; use drafter=draft_lm or drafter=medusa")
+    accelerator = build_accelerator(trainer, paths.root)
     t0 = time.perf_counter()
-    metrics = train_loop(accelerator, cfg.trainer, drafter, objective, dataset, tokenizer.pad_token_id, paths.checkpoints, {"drafter": cfg_dict["drafter"], "trainer": cfg_dict["trainer"]})
+    metrics = train_loop(accelerator, trainer, drafter, objective, dataset, tokenizer.pad_token_id, paths.checkpoints, {"drafter": cfg_dict["drafter"], "trainer": cfg_dict["trainer"]})
     summary = {"stage_hash": stage_hash, "metrics": metrics, "seconds": round(time.perf_counter() - t0, 1), "parameters": sum(p.numel() for p in drafter.parameters())}
     if accelerator.is_main_process:
-        accelerator.unwrap_model(drafter).save_pretrained(paths.final)
+        drafter = accelerator.unwrap_model(drafter)
+        if kind == "medusa":  # the token tree comes from accuracy on samples training never saw
+            summary["medusa"] = calibrate_medusa(drafter.eval(), target, holdout_set, cfg.drafter.tree_topk, cfg.drafter.tree_nodes, len(tokenizer), tokenizer.pad_token_id, trainer.batch_size, trainer.max_seq_len)
+        drafter.save_pretrained(paths.final)
         atomic_write_text(paths.final / SUMMARY, json.dumps(summary, indent=2))
     accelerator.wait_for_everyone()
     return summary
@@ -168,13 +187,13 @@ def _eval_stage(cfg: RunConfig, paths: RunPaths, device, stage_hash: str) -> dic
         raise PipelineError(f"no trained drafter in {paths.final}; run the train stage first")
     tokenizer = load_tokenizer(cfg.target)
     target = load_target(cfg.target, device)
-    draft = DraftLM.from_pretrained(paths.final).model.eval().to(device)
-    lookahead = len(cfg.eval.tree) if cfg.eval.tree else max([cfg.eval.num_speculative_tokens, *cfg.eval.gamma_sweep])
+    proposer, kind = load_proposer(paths.final, len(tokenizer), cfg.eval, device)
+    lookahead = proposer.tree_depth or max([cfg.eval.num_speculative_tokens, *cfg.eval.gamma_sweep])
     max_len = target.config.max_position_embeddings - cfg.eval.max_new_tokens - lookahead - 1
     prompts = eval_prompt_ids(cfg, tokenizer, cfg.eval.num_prompts, max_len)
     eos = eos_token_ids(target, tokenizer)
-    names = {"target": cfg.target.name_or_path, "drafter": str(paths.final), "kind": cfg.drafter.kind, "stage_hash": stage_hash}
-    return evaluate(target, DraftLMProposer(draft, len(tokenizer), tree=cfg.eval.tree), prompts, cfg.eval, eos, len(tokenizer), names, out_dir=paths.eval)
+    names = {"target": cfg.target.name_or_path, "drafter": str(paths.final), "kind": kind, "stage_hash": stage_hash}
+    return evaluate(target, proposer, prompts, cfg.eval, eos, len(tokenizer), names, out_dir=paths.eval)
 
 
 def _publish_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, stage_hash: str) -> dict:
@@ -201,5 +220,9 @@ def _publish_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, stage_hash: 
         "eval": {k: v for k, v in report.items() if k != "stage_hash"},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    export_draft_lm(DraftLM.from_pretrained(paths.final), tokenizer, paths.drafter, provenance)
+    if cfg.drafter.kind == "medusa":
+        provenance["medusa"] = _read_json(paths.final / SUMMARY)["medusa"]
+        export_medusa(MedusaHeads.from_pretrained(paths.final), paths.drafter, provenance)
+    else:
+        export_draft_lm(DraftLM.from_pretrained(paths.final), tokenizer, paths.drafter, provenance)
     return provenance

@@ -54,4 +54,20 @@ def test_misspelt_key_is_an_error():
 
 def test_every_yaml_is_covered():
     assert len(RECIPES) >= 2 and len(GROUP_YAMLS) >= 8
-    assert {p.stem for p in RECIPES} >= {"toy", "toy_draft"}
+    assert {p.stem for p in RECIPES} >= {"toy", "toy_draft", "toy_medusa", "medusa_vicuna7b"}
+
+
+def test_medusa_vicuna7b_is_the_papers_setting_and_validates():
+    from eval.run import check_settings
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    run = OmegaConf.to_object(compose("config", overrides=["recipe=medusa_vicuna7b"]))
+    assert run.target.name_or_path == "lmsys/vicuna-7b-v1.3" and run.drafter.kind == "medusa"
+    assert (run.drafter.num_heads, run.drafter.num_layers) == (5, 1)
+    assert run.eval.num_speculative_tokens <= run.drafter.num_heads and max(run.eval.gamma_sweep) <= run.drafter.num_heads
+    check_settings(run.eval)
+    # Vicuna ships no chat template: the recipe's must render FastChat's vicuna_v1.1 format.
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}]
+    rendered = _compile_jinja_template(run.target.chat_template).render(messages=messages, add_generation_prompt=True, bos_token="<s>", eos_token="</s>")
+    system = "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, detailed, and polite answers to the user's questions."
+    assert rendered == f"<s>{system} USER: Hi ASSISTANT: Hello!</s>USER: Bye ASSISTANT:"

@@ -1,0 +1,26 @@
+"""Target signals for feature-level drafters, captured from any transformers causal LM.
+
+`final_hidden_states` hooks the target's output layer, so it returns exactly the vectors the
+lm_head reads (after the final norm, whatever the architecture calls it) together with the
+target's logits, from one forward and without keeping every layer's hidden states.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+@torch.no_grad()
+def final_hidden_states(target, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's lm_head inputs and logits.
+
+    Returns:
+        hidden (B, T, H), logits (B, T, V).
+    """
+    captured: list[torch.Tensor] = []
+    hook = target.get_output_embeddings().register_forward_pre_hook(lambda module, args: captured.append(args[0]))
+    try:
+        logits = target(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    finally:
+        hook.remove()
+    return captured[0], logits

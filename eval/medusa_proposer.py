@@ -1,0 +1,79 @@
+"""Proposals from Medusa heads: a chain of each head's top-1, or a token tree of per-head candidates.
+
+The engine's target cache holds every verified token but the last, so after each step the
+newest target hidden state is the one at the position before the last verified token s[-1]:
+the state whose lm_head output chose s[-1]. Head k reads it and predicts the token k+2 ahead,
+i.e. draft position k after s[-1] — exactly where the engine places draft node k of a chain.
+One matrix product per head per step; the heads keep no cache.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from eval.proposer import Proposal, TargetFeatures
+from eval.sampling import SamplingParams, probs_from_logits, sample
+from heads.medusa import MedusaHeads
+from heads.medusa_tree import tree_parents
+
+
+class MedusaProposer:
+    """Chains (head k's top-1 at depth k) or a fixed tree of per-head candidates.
+
+    Tree nodes are paths of candidate ranks (heads.medusa_tree). Under greedy decoding node
+    (r_1 … r_d) carries head d's rank-r_d token. Under sampling, lossless tree verification
+    needs siblings drawn independently from their q, so each depth-d node instead carries an
+    independent draw from head d's distribution (the tree keeps its shape); with
+    `topk_candidates` (typical acceptance, lossy) the greedy candidates are used as Medusa does.
+    """
+
+    target_layer_ids = (-1,)  # the final normed hidden state (transformers ties hidden_states[-1] to it)
+
+    def __init__(self, heads: MedusaHeads, vocab_size: int, tree: Optional[list[tuple[int, ...]]] = None, topk_candidates: bool = False):
+        self.heads, self.vocab_size, self.topk_candidates = heads, vocab_size, topk_candidates
+        self.max_num_speculative_tokens = heads.num_heads
+        self.tree = [tuple(p) for p in tree] if tree else None
+        self.tree_depth = max(map(len, self.tree)) if self.tree else None
+        if self.tree_depth and self.tree_depth > heads.num_heads:
+            raise ValueError(f"a depth-{self.tree_depth} tree needs {self.tree_depth} Medusa heads; these have {heads.num_heads}")
+        self.hidden: Optional[torch.Tensor] = None  # (B, H) newest target hidden state per row
+
+    def reset(self, batch_size: int, device: torch.device) -> None:
+        self.hidden = torch.zeros(batch_size, self.heads.hidden_size, device=device, dtype=next(self.heads.parameters()).dtype)
+        if self.tree:
+            self._parents = torch.tensor(tree_parents(self.tree), device=device)  # (N,)
+            self._depth = torch.tensor([len(p) - 1 for p in self.tree], device=device)  # (N,) head index
+            self._rank = torch.tensor([p[-1] for p in self.tree], device=device)  # (N,)
+            self._per_depth = [sum(len(p) == d + 1 for p in self.tree) for d in range(self.tree_depth)]
+
+    def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
+        """Keep each row's newest target hidden state (rows with no new tokens keep theirs)."""
+        if features is None:
+            return
+        count = features.valid.sum(1)  # (B,)
+        last = features.states.gather(1, (count - 1).clamp(min=0)[:, None, None].expand(-1, 1, features.states.shape[-1]))[:, 0]  # (B, H)
+        self.hidden = torch.where((count > 0)[:, None], last.to(self.hidden.dtype), self.hidden)
+
+    @torch.no_grad()
+    def propose(self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None) -> Proposal:
+        depth = self.tree_depth or num_speculative_tokens
+        if depth > self.heads.num_heads:
+            raise ValueError(f"Medusa proposes at most {self.heads.num_heads} tokens (one per head); asked for {depth}")
+        logits = torch.stack(self.heads(self.hidden)[:depth], 1)[..., : self.vocab_size]  # (B, D, V)
+        greedy = params.greedy or self.topk_candidates
+        if self.tree is None:
+            if greedy:
+                return Proposal(logits.argmax(-1))
+            q = probs_from_logits(logits, params)  # (B, D, V)
+            return Proposal(sample(q, generator), q)
+        batch = logits.shape[0]
+        parents = self._parents.expand(batch, -1)
+        if greedy:
+            ranked = logits.topk(int(self._rank.max()) + 1, dim=-1).indices  # (B, D, R)
+            return Proposal(ranked[:, self._depth, self._rank], None, parents)
+        q = probs_from_logits(logits, params)  # (B, D, V)
+        # Nodes are ordered by depth, so independent draws per depth fill them in order.
+        draws = [torch.multinomial(q[:, d], n, replacement=True, generator=generator) for d, n in enumerate(self._per_depth)]
+        return Proposal(torch.cat(draws, 1), q[:, self._depth], parents)

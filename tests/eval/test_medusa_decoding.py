@@ -1,0 +1,77 @@
+"""Medusa decoding through the engine: lossless chains and trees, greedy and sampled."""
+
+import pytest
+import torch
+
+from distill.features import final_hidden_states
+from eval.medusa_proposer import MedusaProposer
+from eval.sampling import SamplingParams, probs_from_logits
+from eval.speculative import Acceptance, autoregressive_generate, speculative_generate
+from heads.config import MedusaConfig
+from heads.medusa import MedusaHeads
+from heads.medusa_tree import build_tree, full_tree
+
+GREEDY = SamplingParams()
+TREE = build_tree([[0.5, 0.2, 0.1], [0.3, 0.15, 0.1], [0.2, 0.1, 0.05]], 14)
+
+
+@pytest.fixture(scope="module")
+def heads(target):
+    """Heads fitted for a few steps so they agree with the target sometimes (both accept and reject paths run)."""
+    from tests.eval.medusa_fit import fit_heads
+
+    return fit_heads(target, MedusaConfig(num_heads=3))
+
+
+@pytest.fixture(scope="module")
+def reference(target, tokenizer, prompt_ids):
+    return autoregressive_generate(target, prompt_ids, 40, GREEDY, {tokenizer.eos_token_id}, len(tokenizer))
+
+
+def test_engine_features_are_what_the_lm_head_reads(target, prompt_ids):
+    """The engine hands Medusa hidden_states[-1]; training reads the lm_head's input: one tensor."""
+    ids = torch.tensor([prompt_ids[0]])
+    hidden, _ = final_hidden_states(target, ids)
+    torch.testing.assert_close(target(ids, output_hidden_states=True).hidden_states[-1], hidden)
+
+
+@pytest.mark.parametrize("tree", [None, TREE, full_tree([2, 2, 1])], ids=["chain", "calibrated_tree", "full_tree"])
+def test_greedy_medusa_equals_target_greedy(target, heads, tokenizer, prompt_ids, reference, tree):
+    proposer = MedusaProposer(heads, len(tokenizer), tree)
+    accepted = []
+    for gamma in (1, 3) if tree is None else (0,):
+        out, stats = speculative_generate(target, proposer, prompt_ids, 40, gamma, GREEDY, {tokenizer.eos_token_id}, len(tokenizer))
+        assert out == reference
+        accepted += stats.accept_counts
+    depth = 3 if tree is None else max(map(len, tree))
+    assert any(c > 0 for c in accepted) and any(c < depth for c in accepted)
+    batched, _ = speculative_generate(target, proposer, prompt_ids[:3], 40, 2, GREEDY, {tokenizer.eos_token_id}, len(tokenizer))
+    assert batched == reference[:3]
+
+
+def test_chains_longer_than_the_heads_are_refused(target, heads, tokenizer, prompt_ids):
+    with pytest.raises(ValueError, match="at most 3 tokens"):
+        speculative_generate(target, MedusaProposer(heads, len(tokenizer)), prompt_ids[:1], 8, 4, GREEDY, set(), len(tokenizer))
+
+
+@pytest.mark.parametrize("tree", [None, full_tree([3, 1])], ids=["chain", "tree"])
+def test_sampled_medusa_draws_from_the_target_distribution(target, heads, tokenizer, prompt_ids, tree):
+    """First two sampled tokens come from the target's warped p (exact rejection sampling)."""
+    params = SamplingParams(temperature=1.0, top_k=40)
+    ids = prompt_ids[1]
+    p = probs_from_logits(target(input_ids=torch.tensor([ids])).logits[0, -1, : len(tokenizer)], params)
+    proposer = MedusaProposer(heads, len(tokenizer), tree)
+    gen = torch.Generator().manual_seed(0)
+    draws, counts = 1500, torch.zeros_like(p)
+    for _ in range(draws):
+        (out,), _ = speculative_generate(target, proposer, [ids], 1, 2, params, set(), len(tokenizer), gen)
+        counts[out[0]] += 1
+    top = p.topk(5).indices
+    assert torch.all((counts[top] / draws - p[top]).abs() <= 5 * torch.sqrt(p[top] * (1 - p[top]) / draws))
+    assert counts[p == 0].sum() == 0
+
+
+def test_typical_acceptance_uses_the_top_k_candidates(target, heads, tokenizer, prompt_ids):
+    proposer = MedusaProposer(heads, len(tokenizer), TREE, topk_candidates=True)
+    (out,), stats = speculative_generate(target, proposer, [prompt_ids[0]], 30, 0, SamplingParams(temperature=0.7), set(), len(tokenizer), torch.Generator().manual_seed(0), Acceptance(rule="typical"))
+    assert len(out) == 30 and stats.target_forwards < 30
