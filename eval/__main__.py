@@ -28,18 +28,31 @@ class EvalAppConfig:
     target_path: Optional[str] = None  # target name or path; None = the one in drafter/drafthub.json
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     trust_remote_code: bool = False  # only for targets whose code you trust
+    chat_template: Optional[str] = None  # Jinja template for the prompts; None = the drafter's training template (drafthub.json), else the tokenizer's
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
 ConfigStore.instance().store(name="eval_schema", node=EvalAppConfig)
 
 
-def _target_of(drafter: Path) -> str:
+def _provenance(drafter: Path) -> dict:
     prov = drafter / "drafthub.json"
-    if not prov.exists():
+    return json.loads(prov.read_text()) if prov.exists() else {}
+
+
+def _target_of(drafter: Path) -> str:
+    target = _provenance(drafter).get("target")
+    if not target:
         raise EvalError(f"{drafter} has no drafthub.json to name its target; pass target_path=<name or path>")
-    target = json.loads(prov.read_text())["target"]
     return target.get("resolved") or target["name_or_path"]
+
+
+def _chat_template(app: "EvalAppConfig", drafter: Path, tokenizer) -> None:
+    """Template the prompts as in training: the given template, the recipe's, or the tokenizer's own."""
+    recipe_template = ((_provenance(drafter).get("recipe") or {}).get("target") or {}).get("chat_template")
+    tokenizer.chat_template = app.chat_template or recipe_template or tokenizer.chat_template
+    if not tokenizer.chat_template:
+        raise EvalError("the target's tokenizer has no chat template; pass chat_template=<the Jinja template the target was trained with>")
 
 
 @hydra.main(config_path="pkg://conf", config_name="eval", version_base=None)
@@ -58,8 +71,9 @@ def main(cfg) -> None:
         target_name = app.target_path or _target_of(drafter)
         device = torch.device(app.device if app.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
         tokenizer = AutoTokenizer.from_pretrained(target_name, trust_remote_code=app.trust_remote_code)
+        _chat_template(app, drafter, tokenizer)
         target = AutoModelForCausalLM.from_pretrained(target_name, trust_remote_code=app.trust_remote_code, use_safetensors=True).eval().to(device)
-        proposer, kind = load_proposer(drafter, len(tokenizer), app.eval, device)
+        proposer, kind = load_proposer(drafter, target, len(tokenizer), app.eval, device)
         prompts = read_prompt_ids(app.prompts, tokenizer, app.eval.num_prompts + app.eval.warmup_prompts)
         eos = target.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos if eos is not None else tokenizer.eos_token_id])

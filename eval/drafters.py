@@ -29,12 +29,15 @@ def drafter_kind(path: str | Path) -> str:
     return "medusa" if json.loads(config.read_text()).get("model_type") == "medusa" else "draft_lm"
 
 
-def load_proposer(path: str | Path, vocab_size: int, cfg: EvalConfig, device: torch.device) -> tuple[Proposer, str]:
-    """The proposer for the drafter saved at `path`, shaped by cfg.tree; returns it and the kind."""
+def load_proposer(path: str | Path, target, vocab_size: int, cfg: EvalConfig, device: torch.device) -> tuple[Proposer, str]:
+    """The proposer for the drafter saved at `path` (checked against `target`), shaped by cfg.tree; returns it and the kind."""
     check_settings(cfg)
     kind = drafter_kind(path)
     if kind == "medusa":
         heads = MedusaHeads.from_pretrained(path).eval().to(device)
+        target_hidden = target.get_output_embeddings().weight.shape[1]
+        if heads.hidden_size != target_hidden or heads.vocab_size < vocab_size:
+            raise EvalError(f"{path} holds Medusa heads for hidden size {heads.hidden_size} and {heads.vocab_size} tokens; this target has {target_hidden} and {vocab_size}: pair the heads with the target they were trained on")
         if cfg.tree == "drafter":
             if heads.tree is None:
                 raise EvalError(f"{path} carries no medusa_tree.json; use eval.tree=null (chains) or children per depth such as [3, 2, 1]")
@@ -47,4 +50,6 @@ def load_proposer(path: str | Path, vocab_size: int, cfg: EvalConfig, device: to
     if cfg.tree == "drafter":
         raise EvalError("eval.tree=drafter needs a drafter that saves its tree (Medusa); for a draft LM give children per depth, e.g. [3, 2, 1]")
     draft = DraftLM.from_pretrained(path).model.eval().to(device)
+    if draft.config.vocab_size < vocab_size:
+        raise EvalError(f"{path} scores {draft.config.vocab_size} tokens but the target's tokenizer has {vocab_size}; a draft LM must share the target's vocabulary")
     return DraftLMProposer(draft, vocab_size, tree=cfg.tree), kind

@@ -46,7 +46,6 @@ class MedusaProposer:
             self._parents = torch.tensor(tree_parents(self.tree), device=device)  # (N,)
             self._depth = torch.tensor([len(p) - 1 for p in self.tree], device=device)  # (N,) head index
             self._rank = torch.tensor([p[-1] for p in self.tree], device=device)  # (N,)
-            self._per_depth = [sum(len(p) == d + 1 for p in self.tree) for d in range(self.tree_depth)]
 
     def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
         """Keep each row's newest target hidden state (rows with no new tokens keep theirs)."""
@@ -73,7 +72,6 @@ class MedusaProposer:
         if greedy:
             ranked = logits.topk(int(self._rank.max()) + 1, dim=-1).indices  # (B, D, R)
             return Proposal(ranked[:, self._depth, self._rank], None, parents)
-        q = probs_from_logits(logits, params)  # (B, D, V)
-        # Nodes are ordered by depth, so independent draws per depth fill them in order.
-        draws = [torch.multinomial(q[:, d], n, replacement=True, generator=generator) for d, n in enumerate(self._per_depth)]
-        return Proposal(torch.cat(draws, 1), q[:, self._depth], parents)
+        q = probs_from_logits(logits, params)[:, self._depth]  # (B, N, V): node j's q is its head's
+        tokens = torch.multinomial(q.flatten(0, 1), 1, generator=generator).view(batch, -1)  # an independent draw per node
+        return Proposal(tokens, q, parents)

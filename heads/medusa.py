@@ -26,6 +26,7 @@ from torch import nn
 
 from heads.config import MedusaConfig
 from heads.errors import HeadsError
+from heads.medusa_tree import tree_parents
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -115,20 +116,46 @@ class MedusaHeads(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "MedusaHeads":
-        """Load a vLLM-format Medusa directory (ours or anyone's with biased blocks)."""
+        """Load a vLLM-format Medusa directory (ours, or anyone's with biased blocks and one lm_head per head)."""
         path = Path(path)
         if not (path / CONFIG).exists() or not (path / WEIGHTS).exists():
             raise HeadsError(f"{path} is not a Medusa checkpoint: it needs {CONFIG} and {WEIGHTS}")
-        config = json.loads((path / CONFIG).read_text())
+        config = _vllm_field_names(json.loads((path / CONFIG).read_text()))
         if config.get("model_type") != "medusa":
             raise HeadsError(f"{path}/{CONFIG} has model_type={config.get('model_type')!r}, not 'medusa'")
+        missing_keys = [k for k in ("hidden_size", "vocab_size", "num_heads", "num_hidden_layers") if k not in config]
+        if missing_keys:
+            raise HeadsError(f"{path}/{CONFIG} lacks {missing_keys}; a Medusa config names num_heads, num_hidden_layers, hidden_size and vocab_size")
+        if config.get("original_lm_head") or config.get("truncated_vocab_size", config["vocab_size"]) != config["vocab_size"]:
+            raise HeadsError(f"{path}: shared (original_lm_head) or truncated-vocabulary Medusa heads are not supported; export one full lm_head per head")
         heads = cls(config["hidden_size"], config["vocab_size"], config["num_heads"], config["num_hidden_layers"])
         state = {k.removeprefix("medusa_heads."): v for k, v in load_file(str(path / WEIGHTS)).items()}
-        missing, unexpected = heads.load_state_dict(state, strict=False)
-        if missing or unexpected:
-            raise HeadsError(f"{path}/{WEIGHTS} does not match its config: missing {sorted(missing)[:4]}, unexpected {sorted(unexpected)[:4]}")
+        expected = heads.state_dict()
+        missing = sorted(set(expected) - set(state))
+        wrong = sorted(k for k in expected if k in state and state[k].shape != expected[k].shape)
+        if missing or wrong:
+            raise HeadsError(f"{path}/{WEIGHTS} does not match its config: missing {missing[:4]}, wrong shape {wrong[:4]}")
+        heads.load_state_dict({k: state[k] for k in expected})
         if (path / TREE).exists():
             saved = json.loads((path / TREE).read_text())
-            heads.tree = [tuple(p) for p in saved.pop("paths")]
+            try:
+                heads.tree = [tuple(p) for p in saved.pop("paths")]
+                tree_parents(heads.tree)
+            except (KeyError, TypeError, ValueError) as e:
+                raise HeadsError(f"{path}/{TREE} is not a token tree ({e}); delete it or rebuild it by re-running the train stage") from None
+            if max(map(len, heads.tree), default=0) > heads.num_heads:
+                raise HeadsError(f"{path}/{TREE} is deeper than the {heads.num_heads} heads")
             heads.calibration = saved
         return heads
+
+
+def _vllm_field_names(config: dict) -> dict:
+    """Config keys as vLLM reads them: any key with "num" and "heads" is num_heads, "num" and "layers" num_hidden_layers."""
+    out = {}
+    for key, value in config.items():
+        if "num" in key and "heads" in key:
+            key = "num_heads"
+        elif "num" in key and "layers" in key:
+            key = "num_hidden_layers"
+        out[key] = value
+    return out

@@ -102,3 +102,30 @@ def test_toy_medusa_recipe_end_to_end(tmp_path, micro_world):
     r = run("eval", f"drafter_dir={drafter}", f"prompts={prompts}", f"out_dir={tmp_path}/ev2", "eval.num_speculative_tokens=6")
     assert r.returncode == 2 and "proposes at most 4 tokens per step; lower it" in r.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "ev2").exists()
+
+
+def test_bad_medusa_settings_fail_before_any_stage(tmp_path):
+    r = run("train", "recipe=toy_medusa", "drafter.tree_nodes=0", f"run_dir={tmp_path}/r")
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == "error: drafter.tree_nodes=0 must be ≥ 1"
+    r = run("train", "recipe=toy_medusa", "eval.num_speculative_tokens=6", f"run_dir={tmp_path}/r")
+    assert r.returncode == 2 and "exceeds drafter.num_heads=4" in r.stderr
+    r = run("train", "eval.tree=3", f"run_dir={tmp_path}/r")
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: eval.tree=3 must be null")
+    assert not (tmp_path / "r").exists()
+
+
+def test_eval_app_templates_prompts_as_the_drafter_was_trained(tmp_path, tokenizer):
+    import copy
+
+    from eval.__main__ import EvalAppConfig, _chat_template
+    from eval.errors import EvalError
+
+    template = "{{ messages[0]['content'] }} ->"
+    (tmp_path / "drafthub.json").write_text(json.dumps({"recipe": {"target": {"chat_template": template}}}))
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = None  # a target that ships no template (Vicuna v1.3)
+    _chat_template(EvalAppConfig(), tmp_path, tok)
+    assert tok.chat_template == template
+    tok.chat_template = None
+    with pytest.raises(EvalError, match="has no chat template; pass chat_template="):
+        _chat_template(EvalAppConfig(), tmp_path / "elsewhere", tok)

@@ -99,6 +99,8 @@ def run_pipeline(config) -> dict:
     if cfg.trainer.loss not in LOSSES:  # checked before any stage runs, so no work is wasted on a typo
         raise PipelineError(f"trainer.loss={cfg.trainer.loss!r} is not a loss; use one of {list(LOSSES)}")
     check_settings(cfg.eval)
+    if cfg.drafter.kind == "medusa":
+        _check_medusa(cfg)
     cfg_dict = OmegaConf.to_container(dict_config, resolve=True)
     paths = RunPaths(resolve_run_dir(cfg, cfg_dict))
     (paths.root / ".hydra").mkdir(parents=True, exist_ok=True)
@@ -124,6 +126,18 @@ def run_pipeline(config) -> dict:
             results[stage] = _publish_stage(cfg, cfg_dict, paths, h_publish)
         print(f"[{stage}] done in {time.perf_counter() - t0:.1f}s")
     return results
+
+
+def _check_medusa(cfg: RunConfig) -> None:
+    """Settings that would otherwise fail only after training."""
+    d = cfg.drafter
+    for key in ("num_heads", "num_layers", "tree_nodes", "tree_topk"):
+        if getattr(d, key) < 1:
+            raise PipelineError(f"drafter.{key}={getattr(d, key)} must be ≥ 1")
+    if not cfg.eval.tree and cfg.eval.num_speculative_tokens > d.num_heads:
+        raise PipelineError(f"eval.num_speculative_tokens={cfg.eval.num_speculative_tokens} exceeds drafter.num_heads={d.num_heads}: Medusa proposes one token per head")
+    if isinstance(cfg.eval.tree, list) and len(cfg.eval.tree) > d.num_heads:
+        raise PipelineError(f"eval.tree={cfg.eval.tree} is {len(cfg.eval.tree)} deep but drafter.num_heads={d.num_heads}")
 
 
 def _read_json(path: Path) -> dict | None:
@@ -187,7 +201,7 @@ def _eval_stage(cfg: RunConfig, paths: RunPaths, device, stage_hash: str) -> dic
         raise PipelineError(f"no trained drafter in {paths.final}; run the train stage first")
     tokenizer = load_tokenizer(cfg.target)
     target = load_target(cfg.target, device)
-    proposer, kind = load_proposer(paths.final, len(tokenizer), cfg.eval, device)
+    proposer, kind = load_proposer(paths.final, target, len(tokenizer), cfg.eval, device)
     lookahead = proposer.tree_depth or max([cfg.eval.num_speculative_tokens, *cfg.eval.gamma_sweep])
     max_len = target.config.max_position_embeddings - cfg.eval.max_new_tokens - lookahead - 1
     prompts = eval_prompt_ids(cfg, tokenizer, cfg.eval.num_prompts, max_len)

@@ -75,3 +75,30 @@ def test_typical_acceptance_uses_the_top_k_candidates(target, heads, tokenizer, 
     proposer = MedusaProposer(heads, len(tokenizer), TREE, topk_candidates=True)
     (out,), stats = speculative_generate(target, proposer, [prompt_ids[0]], 30, 0, SamplingParams(temperature=0.7), set(), len(tokenizer), torch.Generator().manual_seed(0), Acceptance(rule="typical"))
     assert len(out) == 30 and stats.target_forwards < 30
+
+
+def test_sampled_tree_nodes_come_from_their_own_head_in_any_node_order(target, tokenizer):
+    """Each node is an independent draw from its depth's head, and draft_probs is that head's q."""
+    heads = MedusaHeads.from_target(MedusaConfig(num_heads=2), target)
+    with torch.no_grad():  # head k puts all its mass on token 10 + k
+        for k, lm_head in enumerate(heads.lm_heads):
+            lm_head.weight.zero_()
+            lm_head.weight[10 + k] = 1000.0
+    tree = [(0,), (0, 0), (1,), (1, 0)]  # parents first, depths interleaved
+    proposer = MedusaProposer(heads, len(tokenizer), tree)
+    proposer.reset(2, torch.device("cpu"))
+    proposer.hidden = torch.ones(2, heads.hidden_size)
+    proposal = proposer.propose([[1], [1]], 0, SamplingParams(temperature=1.0), torch.Generator().manual_seed(0))
+    assert proposal.draft_tokens.tolist() == [[10, 11, 10, 11]] * 2
+    assert proposal.draft_probs.argmax(-1).tolist() == [[10, 11, 10, 11]] * 2
+    assert proposal.parents.tolist() == [[-1, 0, -1, 2]] * 2
+
+
+def test_heads_for_another_target_are_refused(tmp_path, target, tokenizer):
+    from eval.config import EvalConfig
+    from eval.drafters import load_proposer
+    from eval.errors import EvalError
+
+    MedusaHeads(hidden_size=target.config.hidden_size * 2, vocab_size=target.config.vocab_size, num_heads=2).save_pretrained(tmp_path / "m")
+    with pytest.raises(EvalError, match="pair the heads with the target they were trained on"):
+        load_proposer(tmp_path / "m", target, len(tokenizer), EvalConfig(), torch.device("cpu"))

@@ -84,3 +84,23 @@ def test_loading_a_mismatched_checkpoint_is_one_clear_error(tmp_path, target):
         MedusaHeads.from_pretrained(tmp_path / "m")
     with pytest.raises(HeadsError, match="is not a Medusa checkpoint"):
         MedusaHeads.from_pretrained(tmp_path / "nowhere")
+
+
+def test_vllm_style_configs_load_and_broken_checkpoints_are_clear_errors(tmp_path, target):
+    heads = _trained_like(target, num_heads=2)
+    heads.save_pretrained(tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    # Medusa's original configs say medusa_num_heads / medusa_num_layers; vLLM renames them, so do we.
+    renamed = {("medusa_" + k if k in ("num_heads", "num_hidden_layers") else k): v for k, v in config.items()}
+    (tmp_path / "m" / "config.json").write_text(json.dumps(renamed))
+    assert MedusaHeads.from_pretrained(tmp_path / "m").num_heads == 2
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "hidden_size": config["hidden_size"] * 2}))
+    with pytest.raises(HeadsError, match="wrong shape"):
+        MedusaHeads.from_pretrained(tmp_path / "m")
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "original_lm_head": True}))
+    with pytest.raises(HeadsError, match="not supported"):
+        MedusaHeads.from_pretrained(tmp_path / "m")
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    (tmp_path / "m" / "medusa_tree.json").write_text(json.dumps({"paths": [[0], [1, 0]]}))
+    with pytest.raises(HeadsError, match="is not a token tree"):
+        MedusaHeads.from_pretrained(tmp_path / "m")
