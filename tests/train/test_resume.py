@@ -1,40 +1,45 @@
+import pytest
 import torch
 
 from distill.config import DataConfig, SamplingConfig, TargetConfig
 from distill.run import distill
 from distill.shards import load_distilled
-from heads.config import DraftLMConfig
+from heads.config import DraftLMConfig, MedusaConfig
 from heads.draft_lm import DraftLM
+from heads.medusa import MedusaHeads
 from train.config import TrainerConfig
 from train.loop import build_accelerator, train_loop
-from train.objectives import DraftLMDistillation
+from train.objectives import DraftLMDistillation, MedusaDistillation
 
 
-def _drafter(target, tokenizer):
+def _drafter(target, tokenizer, kind="draft_lm"):
     torch.manual_seed(0)
+    if kind == "medusa":
+        return MedusaHeads.from_target(MedusaConfig(num_heads=2), target)
     return DraftLM.from_config(DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1), target.config, tokenizer)
 
 
-def _train(tmp, dataset, target, tokenizer, stop_after=None, resume=True):
+def _train(tmp, dataset, target, tokenizer, stop_after=None, resume=True, kind="draft_lm"):
     cfg = TrainerConfig(max_steps=6, batch_size=4, grad_accum=2, save_every=3, warmup_steps=2, lr=1e-2, resume=resume, log_every=1)
-    drafter = _drafter(target, tokenizer)
-    objective = DraftLMDistillation(target, "fkl", len(tokenizer))
+    drafter = _drafter(target, tokenizer, kind)
+    objective = MedusaDistillation(target, 2, "ce", len(tokenizer)) if kind == "medusa" else DraftLMDistillation(target, "fkl", len(tokenizer))
     acc = build_accelerator(cfg, tmp)
     train_loop(acc, cfg, drafter, objective, dataset, tokenizer.pad_token_id, tmp / "ckpt", {"max_steps": 6}, stop_after=stop_after)
     return acc.unwrap_model(drafter).state_dict()
 
 
-def test_resumed_training_ends_with_the_same_weights(tmp_path, micro_world, target, tokenizer):
+@pytest.mark.parametrize("kind", ["draft_lm", "medusa"])
+def test_resumed_training_ends_with_the_same_weights(tmp_path, micro_world, target, tokenizer, kind):
     data = DataConfig(max_prompts=16, batch_size=8, shard_size=16, sampling=SamplingConfig(max_new_tokens=16))
     distill(TargetConfig(name_or_path="toyworld:micro"), data, tmp_path / "data", "cpu")
     dataset = load_distilled(tmp_path / "data")
 
-    straight = _train(tmp_path / "a", dataset, target, tokenizer)
-    _train(tmp_path / "b", dataset, target, tokenizer, stop_after=4)  # killed after step 4; last checkpoint: step 3
-    resumed = _train(tmp_path / "b", dataset, target, tokenizer)
+    straight = _train(tmp_path / "a", dataset, target, tokenizer, kind=kind)
+    _train(tmp_path / "b", dataset, target, tokenizer, stop_after=4, kind=kind)  # killed after step 4; last checkpoint: step 3
+    resumed = _train(tmp_path / "b", dataset, target, tokenizer, kind=kind)
     assert straight.keys() == resumed.keys()
     for k in straight:
         torch.testing.assert_close(straight[k], resumed[k], rtol=0, atol=0, msg=k)
     # And training did change the weights (the comparison is not vacuous).
-    fresh = _drafter(target, tokenizer).state_dict()
+    fresh = _drafter(target, tokenizer, kind).state_dict()
     assert any(not torch.equal(straight[k], fresh[k]) for k in straight)
