@@ -2,7 +2,8 @@
 
 `final_hidden_states` hooks the target's output layer, so it returns exactly the vectors the
 lm_head reads (after the final norm, whatever the architecture calls it) together with the
-target's logits, from one forward and without keeping every layer's hidden states.
+target's logits, from one forward and without keeping every layer's hidden states (Medusa).
+`layer_features` returns the hidden states at given layer ids (EAGLE-3's low/mid/high fusion).
 """
 
 from __future__ import annotations
@@ -24,3 +25,14 @@ def final_hidden_states(target, input_ids: torch.Tensor, attention_mask: torch.T
     finally:
         hook.remove()
     return captured[0], logits
+
+
+@torch.no_grad()
+def layer_features(target, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, layer_ids: tuple[int, ...] | list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's hidden states at `layer_ids` (HF output_hidden_states indices: [k] enters decoder layer k), concatenated, and its logits.
+
+    Returns:
+        features (B, T, len(layer_ids)·H), logits (B, T, V).
+    """
+    out = target(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False)
+    return torch.cat([out.hidden_states[k] for k in layer_ids], dim=-1), out.logits

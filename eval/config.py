@@ -7,6 +7,15 @@ from typing import Any
 
 
 @dataclass
+class DynamicTreeConfig:
+    """EAGLE-2's dynamic draft tree (eval.tree=dynamic, EAGLE drafters)."""
+
+    depth: int = 5  # drafting rounds; the longest path
+    top_k: int = 4  # nodes expanded per round, and children kept per round
+    total_tokens: int = 16  # best nodes (by cumulative draft log-probability) sent to the target
+
+
+@dataclass
 class EvalConfig:
     num_prompts: int = 32  # held-out prompts decoded (autoregressively, then speculatively per γ)
     max_new_tokens: int = 64  # tokens decoded per prompt
@@ -14,7 +23,9 @@ class EvalConfig:
     gamma_sweep: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8])  # γ values also measured to recommend one; [] = off
     # null = chains of γ; [3, 2, 1] = children per depth (draft LM: top-k / draws per node; Medusa:
     # top-k of head d); drafter = the tree saved with the drafter (Medusa: built from head accuracy)
+    # dynamic = EAGLE-2's dynamic tree shaped by eval.dynamic_tree (EAGLE drafters, greedy)
     tree: Any = None
+    dynamic_tree: DynamicTreeConfig = field(default_factory=DynamicTreeConfig)
     batch_size: int = 1  # rows decoded together (chain or tree; speedup compares like with like)
     temperature: float = 0.0  # 0 = greedy (losslessness checked token for token)
     top_p: float = 1.0  # nucleus sampling, applied to target and drafter alike

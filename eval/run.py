@@ -26,8 +26,11 @@ def check_settings(cfg: EvalConfig) -> None:
         raise EvalError(f"eval.acceptance={cfg.acceptance!r} is not a rule; use exact (lossless) or typical (Medusa's, lossy)")
     if cfg.num_speculative_tokens < 1 or any(g < 1 for g in cfg.gamma_sweep):
         raise EvalError("eval.num_speculative_tokens and every eval.gamma_sweep value must be ≥ 1")
-    if cfg.tree is not None and cfg.tree != "drafter" and (not isinstance(cfg.tree, (list, tuple)) or not cfg.tree or any(not isinstance(k, int) or k < 1 for k in cfg.tree)):
-        raise EvalError(f"eval.tree={cfg.tree} must be null (chains), children per depth such as [3, 2, 1], or drafter (the tree saved with a Medusa drafter)")
+    if cfg.tree is not None and cfg.tree not in ("drafter", "dynamic") and (not isinstance(cfg.tree, (list, tuple)) or not cfg.tree or any(not isinstance(k, int) or k < 1 for k in cfg.tree)):
+        raise EvalError(f"eval.tree={cfg.tree} must be null (chains), children per depth such as [3, 2, 1], drafter (the tree saved with a Medusa drafter) or dynamic (EAGLE-2 trees)")
+    t = cfg.dynamic_tree
+    if min(t.depth, t.top_k, t.total_tokens) < 1:
+        raise EvalError(f"eval.dynamic_tree needs depth, top_k and total_tokens ≥ 1, got {t}")
     if cfg.batch_size < 1:
         raise EvalError("eval.batch_size must be ≥ 1")
 

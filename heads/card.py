@@ -12,7 +12,7 @@ def render_model_card(provenance: dict) -> str:
     kind = provenance["kind"]
     per_pos = ", ".join(f"{a:.2f}" for a in ev.get("per_position_acceptance", []))
     return f"""---
-library_name: {'vllm' if kind == 'medusa' else 'transformers'}
+library_name: {'transformers' if kind == 'draft_lm' else 'vllm'}
 pipeline_tag: text-generation
 base_model: {json.dumps(target)}
 tags:
@@ -44,6 +44,21 @@ Provenance (target revision, tokenizer hash, data manifest, resolved recipe) is 
 def _usage(kind: str, target: str, ev: dict, provenance: dict) -> str:
     """How to serve this drafter with each consumer that supports its format."""
     gamma = ev.get("recommended_num_speculative_tokens") or ev.get("settings", {}).get("num_speculative_tokens", 4)
+    if kind == "eagle3":
+        return f"""## Use it
+
+vLLM serves this directory as is (speculators format; the method is read from `config.json`):
+
+```python
+from vllm import LLM
+llm = LLM(model="{target}", speculative_config={{"model": "THIS_DIRECTORY", "num_speculative_tokens": {gamma}}})
+```
+
+SGLang (the `sglang/` subdirectory, `LlamaForCausalLMEagle3` layout):
+`python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 --speculative-draft-model-path THIS_DIRECTORY/sglang --speculative-num-steps {gamma} --speculative-eagle-topk 1 --speculative-num-draft-tokens {gamma + 1}`.
+
+drafthub's engine (chains or EAGLE-2 dynamic trees, lossless):
+`python -m eval drafter_dir=THIS_DIRECTORY prompts=PROMPTS.jsonl out_dir=OUT eval.tree=dynamic`."""
     if kind == "medusa":
         heads = provenance["drafter_config"]["num_heads"]
         return f"""## Use it

@@ -39,3 +39,16 @@ class MedusaConfig:
     holdout_samples: int = 64  # distilled samples kept out of training to measure head accuracy for the tree
     tree_nodes: int = 32  # node budget of the token tree built from that accuracy (saved with the export)
     tree_topk: int = 8  # candidates per head the tree may use (accuracy measured for ranks 1..tree_topk)
+
+
+@dataclass
+class EagleConfig:
+    kind: str = "eagle3"
+    layer_ids: Optional[List[int]] = None  # target hidden_states indices fused by fc; None = [2, N//2, N−3], written explicitly on export
+    num_attention_heads: Optional[int] = None  # None = the target's (head_dim = target hidden / heads)
+    num_key_value_heads: Optional[int] = None  # None = the target's
+    intermediate_size: Optional[int] = None  # None = the target's
+    draft_vocab_size: int = 32000  # most frequent target tokens the drafter can propose (capped at the target's vocabulary)
+    ttt_steps: int = 7  # training-time test: unrolled steps, each reading the drafter's own previous output
+    step_decay: float = 0.8  # weight of step j's loss: decay^j
+    norm_before_residual: bool = False  # True: the residual stream carries hidden_norm(g) instead of g

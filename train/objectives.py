@@ -6,7 +6,7 @@ from typing import Protocol
 
 import torch
 
-from distill.features import final_hidden_states
+from distill.features import final_hidden_states, layer_features
 from heads.medusa_tree import rank_accuracy
 from train.losses import kd_loss
 
@@ -88,3 +88,49 @@ def medusa_positions(hidden: torch.Tensor, batch: dict[str, torch.Tensor], num_h
     inputs = [hidden[:, : -(k + 2)][m] for k, m in enumerate(masks)]
     labels = [batch["input_ids"][:, k + 2 :][m] for k, m in enumerate(masks)]
     return (inputs, labels, masks) if with_masks else (inputs, labels)
+
+
+class Eagle3TrainingTimeTest:
+    """EAGLE-3's training-time test on a frozen target's own samples, features computed online.
+
+    Step j (of `steps`) at position t predicts token t+j+2 after reading the drafter's own step
+    j−1 output; its target is the target's distribution for that token (logits at t+j+1)
+    restricted to the draft vocabulary and renormalised; loss_j is the soft cross-entropy, the
+    total Σ_j decay^j · loss_j. A position counts when its token is assistant-written. Logged per
+    step: accuracy (the drafter's argmax, mapped to a target id, equals the target's argmax) and
+    `sim_tau` = 1 + Σ_j Π_{i≤j} acc_i, the accepted length a chain of `steps` would reach if
+    steps erred independently — a cheap stand-in for decoding, used to pick the best checkpoint.
+    """
+
+    def __init__(self, target: torch.nn.Module, layer_ids: list[int], draft_ids: torch.Tensor, steps: int = 7, decay: float = 0.8):
+        self.target, self.layer_ids, self.steps, self.decay = target, list(layer_ids), steps, decay
+        self.draft_ids = draft_ids  # (D,) target id of each draft id
+        self.progress_keys = ["loss", "sim_tau", "step0_acc"]
+
+    def __call__(self, model, batch):
+        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        features, target_logits = layer_features(self.target, input_ids, attention_mask, self.layer_ids)  # (B, T, F), (B, T, V)
+        draft_ids = self.draft_ids.to(input_ids.device)
+        target_p = target_logits[..., draft_ids].float().softmax(-1)  # (B, T, D) over the draft vocabulary
+        target_top = target_logits.argmax(-1)  # (B, T)
+        counts = (batch["loss_mask"] * attention_mask).bool()
+        T = input_ids.shape[1]
+        total, metrics, chain = 0.0, {}, 1.0
+        sim_tau = torch.ones((), device=input_ids.device)
+        for j, logits in enumerate(model(features, input_ids, attention_mask, self.steps)):
+            span = T - j - 2  # positions t whose label t+j+2 exists
+            if span <= 0:
+                break
+            m = counts[:, j + 2 :]  # (B, span)
+            q = logits[:, :span][m].float().log_softmax(-1)  # (N, D)
+            p = target_p[:, j + 1 : j + 1 + span][m]  # (N, D) the target's distribution for token t+j+2
+            loss_j = -(p * q).sum(-1).sum() / max(q.shape[0], 1)
+            total = total + self.decay**j * loss_j
+            with torch.no_grad():
+                hit = (draft_ids[q.argmax(-1)] == target_top[:, j + 1 : j + 1 + span][m]).float()
+                acc = hit.mean() if hit.numel() else hit.new_zeros(())
+                chain = chain * acc
+                sim_tau = sim_tau + chain
+                metrics[f"step{j}_loss"], metrics[f"step{j}_acc"] = loss_j.detach(), acc
+        metrics["loss"], metrics["sim_tau"] = total.detach(), sim_tau
+        return total, metrics

@@ -24,13 +24,16 @@ from eval.drafters import load_proposer
 from eval.run import check_settings, evaluate
 from heads.draft_lm import DraftLM
 from heads.formats.hf_causal import export_draft_lm
+from heads.eagle import Eagle3Drafter
+from heads.formats.eagle_export import export_eagle3
 from heads.formats.medusa_vllm import export_medusa
 from heads.medusa import MedusaHeads
+from heads.vocab import build_draft_vocab, token_counts
 from train.config import STAGES, RunConfig
 from train.calibration import calibrate_medusa
 from train.losses import LOSSES
 from train.loop import build_accelerator, train_loop
-from train.objectives import DraftLMDistillation, MedusaDistillation
+from train.objectives import DraftLMDistillation, Eagle3TrainingTimeTest, MedusaDistillation
 
 SUMMARY = "train_summary.json"
 
@@ -128,6 +131,15 @@ def run_pipeline(config) -> dict:
     return results
 
 
+def _verifier(cfg: RunConfig, target) -> dict:
+    """The speculators `verifier` entry: the target as users name it, and its architectures."""
+    return {"name_or_path": cfg.target.name_or_path, "architectures": list(getattr(target.config, "architectures", None) or [])}
+
+
+def _verifier_from_final(final: Path) -> dict:
+    return json.loads((final / "config.json").read_text())["speculators_config"]["verifier"]
+
+
 def _check_medusa(cfg: RunConfig) -> None:
     """Settings that would otherwise fail only after training."""
     d = cfg.drafter
@@ -163,8 +175,14 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
         dataset, holdout_set = dataset.select(range(len(dataset) - holdout)), dataset.select(range(len(dataset) - holdout, len(dataset)))
         drafter = MedusaHeads.from_target(cfg.drafter, target)
         objective = MedusaDistillation(target, cfg.drafter.num_heads, trainer.loss, len(tokenizer), cfg.drafter.loss_decay, trainer.jsd_beta, trainer.kd_temperature)
+    elif kind == "eagle3":
+        counts = token_counts(dataset["input_ids"], dataset["loss_mask"], target.get_output_embeddings().weight.shape[0])
+        vocab, vocab_report = build_draft_vocab(counts, cfg.drafter.draft_vocab_size, always=eos_token_ids(target, tokenizer))
+        print(f"draft vocabulary: {vocab.size} tokens cover {vocab_report['coverage']:.1%} of the distilled answers' tokens")
+        drafter = Eagle3Drafter.from_target(cfg.drafter, target, vocab)
+        objective = Eagle3TrainingTimeTest(target, drafter.arch.layer_ids, vocab.draft_to_target, cfg.drafter.ttt_steps, cfg.drafter.step_decay)
     else:
-        raise PipelineError(f"drafter.kind={kind!r} is not trainable yet; use drafter=draft_lm or drafter=medusa")
+        raise PipelineError(f"drafter.kind={kind!r} is not trainable yet; use drafter=draft_lm, medusa or eagle3")
     accelerator = build_accelerator(trainer, paths.root)
     t0 = time.perf_counter()
     metrics = train_loop(accelerator, trainer, drafter, objective, dataset, tokenizer.pad_token_id, paths.checkpoints, {"drafter": cfg_dict["drafter"], "trainer": cfg_dict["trainer"]})
@@ -173,7 +191,11 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
         drafter = accelerator.unwrap_model(drafter)
         if kind == "medusa":  # the token tree comes from accuracy on samples training never saw
             summary["medusa"] = calibrate_medusa(drafter.eval(), target, holdout_set, cfg.drafter.tree_topk, cfg.drafter.tree_nodes, len(tokenizer), tokenizer.pad_token_id, trainer.batch_size, trainer.max_seq_len)
-        drafter.save_pretrained(paths.final)
+        if kind == "eagle3":
+            summary["draft_vocab"] = vocab_report
+            drafter.save_pretrained(paths.final, _verifier(cfg, target), cfg.eval.num_speculative_tokens)
+        else:
+            drafter.save_pretrained(paths.final)
         atomic_write_text(paths.final / SUMMARY, json.dumps(summary, indent=2))
     accelerator.wait_for_everyone()
     return summary
@@ -237,6 +259,10 @@ def _publish_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, stage_hash: 
     if cfg.drafter.kind == "medusa":
         provenance["medusa"] = _read_json(paths.final / SUMMARY)["medusa"]
         export_medusa(MedusaHeads.from_pretrained(paths.final), paths.drafter, provenance)
+    elif cfg.drafter.kind == "eagle3":
+        provenance["draft_vocab"] = _read_json(paths.final / SUMMARY)["draft_vocab"]
+        gamma = report.get("recommended_num_speculative_tokens") or cfg.eval.num_speculative_tokens
+        export_eagle3(Eagle3Drafter.from_pretrained(paths.final), paths.drafter, provenance, _verifier_from_final(paths.final), gamma)
     else:
         export_draft_lm(DraftLM.from_pretrained(paths.final), tokenizer, paths.drafter, provenance)
     return provenance

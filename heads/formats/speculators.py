@@ -1,0 +1,118 @@
+"""EAGLE-3 in the speculators format vLLM serves directly (`speculative_config={"model": DIR}`), and
+in SGLang's LlamaForCausalLMEagle3 layout.
+
+speculators: config.json without a top-level model_type, `speculators_model_type: eagle3`, a
+llama-style `transformer_layer_config`, `draft_vocab_size`, `target_hidden_size`, explicit
+`eagle_aux_hidden_state_layer_ids` (HF output_hidden_states indices) and `norm_before_residual`,
+and `speculators_config` (algorithm, proposal methods, verifier). Tensors are the drafter's own
+names (heads/eagle.py): embed_tokens, fc [H, 3·H_target], layers.0.* (q/k/v input 2H,
+hidden_norm), norm, lm_head [D, H], d2t (int64), t2d (bool). Every checkpoint passes
+heads.lint before it is written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from heads.eagle import Eagle3Drafter, EagleArch
+from heads.errors import HeadsError
+from heads.lint import lint_eagle3
+
+CONFIG, WEIGHTS = "config.json", "model.safetensors"
+
+
+def speculators_config(drafter: Eagle3Drafter, verifier: dict, speculative_tokens: int) -> dict:
+    a = drafter.arch
+    return {
+        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.1.0",
+        "transformer_layer_config": {
+            "model_type": "llama",
+            "architectures": ["LlamaForCausalLM"],
+            "hidden_size": a.hidden_size,
+            "intermediate_size": a.intermediate_size,
+            "num_attention_heads": a.num_attention_heads,
+            "num_key_value_heads": a.num_key_value_heads,
+            "head_dim": a.head_dim,
+            "num_hidden_layers": 1,
+            "hidden_act": "silu",
+            "rms_norm_eps": a.rms_norm_eps,
+            "rope_theta": a.rope_theta,
+            "max_position_embeddings": a.max_position_embeddings,
+            "vocab_size": a.vocab_size,
+            "attention_bias": False,
+            "mlp_bias": False,
+            "tie_word_embeddings": False,
+        },
+        "draft_vocab_size": a.draft_vocab_size,
+        "target_hidden_size": a.target_hidden_size,
+        "eagle_aux_hidden_state_layer_ids": list(a.layer_ids),
+        "norm_before_residual": a.norm_before_residual,
+        "norm_before_fc": False,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens, "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+            "default_proposal_method": "greedy",
+            "verifier": verifier,
+        },
+    }
+
+
+def save_speculators(drafter: Eagle3Drafter, path: str | Path, verifier: dict, speculative_tokens: int) -> None:
+    """Write config.json + model.safetensors after the linter passes (HeadsError otherwise)."""
+    config = speculators_config(drafter, verifier, speculative_tokens)
+    tensors = {k: v.detach().contiguous() for k, v in drafter.state_dict().items()}
+    problems = lint_eagle3(config, tensors)
+    if problems:
+        raise HeadsError(f"refusing to write an EAGLE-3 checkpoint that would not serve: {problems[0]}")
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / CONFIG).write_text(json.dumps(config, indent=2))
+    save_file(tensors, str(path / WEIGHTS), metadata={"format": "pt"})
+
+
+def load_speculators(path: str | Path) -> Eagle3Drafter:
+    """Read a speculators-format EAGLE-3 directory back into our drafter (linted first)."""
+    path = Path(path)
+    if not (path / CONFIG).exists() or not (path / WEIGHTS).exists():
+        raise HeadsError(f"{path} is not an EAGLE-3 checkpoint: it needs {CONFIG} and {WEIGHTS}")
+    config = json.loads((path / CONFIG).read_text())
+    tensors = load_file(str(path / WEIGHTS))
+    problems = lint_eagle3(config, tensors)
+    if problems:
+        raise HeadsError(f"{path} is not a usable EAGLE-3 checkpoint: {problems[0]}")
+    layer = config["transformer_layer_config"]
+    arch = EagleArch(
+        hidden_size=layer["hidden_size"],
+        num_attention_heads=layer["num_attention_heads"],
+        num_key_value_heads=layer["num_key_value_heads"],
+        intermediate_size=layer["intermediate_size"],
+        vocab_size=layer["vocab_size"],
+        draft_vocab_size=config["draft_vocab_size"],
+        target_hidden_size=config["target_hidden_size"],
+        layer_ids=list(config["eagle_aux_hidden_state_layer_ids"]),
+        rms_norm_eps=layer["rms_norm_eps"],
+        rope_theta=layer["rope_theta"],
+        max_position_embeddings=layer["max_position_embeddings"],
+        norm_before_residual=config["norm_before_residual"],
+    )
+    drafter = Eagle3Drafter(arch)
+    missing, unexpected = drafter.load_state_dict(tensors, strict=False)
+    if missing or unexpected:
+        raise HeadsError(f"{path}/{WEIGHTS} does not match its config: missing {sorted(missing)[:4]}, unexpected {sorted(unexpected)[:4]}")
+    return drafter
+
+
+def sglang_tensors(drafter: Eagle3Drafter) -> dict[str, torch.Tensor]:
+    """SGLang's LlamaForCausalLMEagle3 names: the decoder layer is `midlayer.*`, no embed_tokens (SGLang shares the target's)."""
+    out = {}
+    for name, value in drafter.state_dict().items():
+        if name.startswith("embed_tokens."):
+            continue
+        out[name.replace("layers.0.", "midlayer.", 1)] = value.detach().contiguous()
+    return out

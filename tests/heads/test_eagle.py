@@ -1,0 +1,137 @@
+"""EAGLE-3: training-time test equals decoding, draft vocab maps, speculators export and the linter."""
+
+import json
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from distill.features import layer_features
+from heads.config import EagleConfig
+from heads.eagle import Eagle3Drafter
+from heads.errors import HeadsError
+from heads.formats.eagle_export import export_eagle3
+from heads.formats.speculators import speculators_config
+from heads.lint import lint_eagle3
+from heads.vocab import DraftVocab, build_draft_vocab, token_counts
+
+IDS = [0, 1, 2]
+
+
+@pytest.fixture(scope="module")
+def drafter(target):
+    torch.manual_seed(0)
+    vocab, _ = build_draft_vocab(torch.arange(target.config.vocab_size).flip(0), 300)
+    d = Eagle3Drafter.from_target(EagleConfig(layer_ids=IDS, num_attention_heads=2, num_key_value_heads=1), target, vocab)
+    with torch.no_grad():  # a trained-looking drafter: nothing is at its init value
+        for name, p in d.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+    return d.eval()
+
+
+def test_layer_ids_are_the_residual_stream_entering_each_decoder_layer(target, prompt_ids):
+    ids = torch.tensor([prompt_ids[0]])
+    seen = {}
+    def record(k):
+        def hook(module, args, kwargs):
+            seen[k] = kwargs.get("hidden_states", args[0] if args else None)
+
+        return hook
+
+    hooks = [layer.register_forward_pre_hook(record(k), with_kwargs=True) for k, layer in enumerate(target.model.layers)]
+    try:
+        features, logits = layer_features(target, ids, None, [0, 1, 2])
+    finally:
+        for h in hooks:
+            h.remove()
+    H = target.config.hidden_size
+    torch.testing.assert_close(features[..., :H], target.model.embed_tokens(ids))  # id 0 = embeddings
+    torch.testing.assert_close(features[..., H : 2 * H], seen[1])  # id 1 = what enters layer 1
+    out = target(ids, output_hidden_states=True)
+    torch.testing.assert_close(features, torch.cat([out.hidden_states[k] for k in IDS], -1))
+    torch.testing.assert_close(logits, out.logits)
+
+
+def test_training_time_test_equals_step_by_step_decoding(drafter, target, prompt_ids):
+    """Step j at position t of the unrolled training forward = decoding the real entries up to t,
+    then j drafted entries fed with the drafter's own outputs (what the engine does)."""
+    ids = torch.tensor([prompt_ids[1][:24]])
+    features, _ = layer_features(target, ids, None, IDS)
+    with torch.no_grad():
+        ttt = drafter.ttt_logits(features, ids, torch.ones_like(ids), steps=3)
+        for t in (0, 7, 19):
+            cache = drafter.new_cache(1, ids.device)
+            real = torch.arange(t + 1)[None]
+            out = drafter.decode(cache, drafter.fuse(features[:, : t + 1]), ids[:, 1 : t + 2], real, torch.ones(1, t + 1, dtype=torch.bool))
+            hidden = out[:, -1:]
+            for j in range(3):
+                if j:
+                    hidden = drafter.decode(cache, hidden, ids[:, t + j + 1 : t + j + 2], torch.tensor([[t + j]]), torch.ones(1, 1, dtype=torch.bool))
+                torch.testing.assert_close(drafter.logits(hidden[:, -1]), ttt[j][:, t], rtol=1e-4, atol=1e-4)
+
+
+def test_draft_vocab_maps_every_draft_id_to_its_target_id():
+    counts = torch.tensor([5, 0, 9, 1, 7, 0, 3, 2])
+    vocab, report = build_draft_vocab(counts, 4, always=[5])
+    assert vocab.draft_to_target.tolist() == [0, 2, 4, 5]  # the 3 most frequent + the forced end token, in id order
+    assert (torch.arange(4) + vocab.d2t()).tolist() == [0, 2, 4, 5]
+    assert vocab.t2d(8).tolist() == [True, False, True, False, True, True, False, False]
+    assert report["coverage"] == pytest.approx((5 + 9 + 7 + 0) / 27)
+    assert torch.equal(DraftVocab.from_d2t(vocab.d2t()).draft_to_target, vocab.draft_to_target)
+    assert token_counts([[3, 3, 1, 2]], [[0, 1, 1, 0]], 4).tolist() == [0, 1, 0, 1]  # only assistant tokens count
+
+
+def test_speculators_export_has_the_documented_fields_and_round_trips(tmp_path, drafter, target):
+    verifier = {"name_or_path": "toyworld:micro", "architectures": ["LlamaForCausalLM"]}
+    out = export_eagle3(drafter, tmp_path / "d", {"kind": "eagle3", "model_name": "e", "target": {"name_or_path": "toyworld:micro"}, "recipe": {"recipe_name": "t"}, "eval": {}}, verifier, 3)
+    config = json.loads((out / "config.json").read_text())
+    H, V = target.config.hidden_size, target.config.vocab_size
+    assert "model_type" not in config and config["speculators_model_type"] == "eagle3"
+    assert config["eagle_aux_hidden_state_layer_ids"] == IDS and config["norm_before_residual"] is False
+    assert (config["draft_vocab_size"], config["target_hidden_size"]) == (300, H)
+    assert config["transformer_layer_config"]["model_type"] == "llama"
+    sc = config["speculators_config"]
+    assert sc["algorithm"] == "eagle3" and sc["default_proposal_method"] == "greedy" and sc["verifier"] == verifier
+    assert sc["proposal_methods"][0]["proposal_type"] == "greedy" and sc["proposal_methods"][0]["speculative_tokens"] == 3
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    assert shapes["fc.weight"] == (H, 3 * H) and shapes["lm_head.weight"] == (300, H) and shapes["embed_tokens.weight"] == (V, H)
+    assert shapes["layers.0.self_attn.q_proj.weight"][1] == shapes["layers.0.self_attn.k_proj.weight"][1] == 2 * H
+    assert shapes["d2t"] == (300,) and shapes["t2d"] == (V,) and "layers.0.hidden_norm.weight" in shapes and "norm.weight" in shapes
+    with safe_open(str(out / "sglang" / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert "midlayer.self_attn.q_proj.weight" in names and not any(n.startswith(("layers.", "embed_tokens")) for n in names)
+    assert json.loads((out / "sglang" / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [i - 1 for i in IDS]
+
+    loaded = Eagle3Drafter.from_pretrained(out)
+    for (name, a), (_, b) in zip(drafter.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), name
+    features = torch.randn(1, 9, 3 * H)
+    ids = torch.randint(0, V, (1, 9))
+    with torch.no_grad():
+        for a, b in zip(drafter.ttt_logits(features, ids, torch.ones_like(ids), 2), loaded.eval().ttt_logits(features, ids, torch.ones_like(ids), 2)):
+            assert torch.equal(a.argmax(-1), b.argmax(-1))
+
+
+def test_linter_rejects_wrong_fc_shapes_and_implicit_layer_ids(drafter):
+    config = speculators_config(drafter, {"name_or_path": "t", "architectures": []}, 3)
+    tensors = dict(drafter.state_dict())
+    assert lint_eagle3(config, tensors) == []
+    bad = {**tensors, "fc.weight": torch.zeros(drafter.arch.hidden_size, 2 * drafter.arch.target_hidden_size)}
+    assert any(p.startswith("fc.weight has shape") for p in lint_eagle3(config, bad))
+    assert any("layer ids" in p for p in lint_eagle3({**config, "eagle_aux_hidden_state_layer_ids": None}, tensors))
+    assert any("norm_before_residual" in p for p in lint_eagle3({k: v for k, v in config.items() if k != "norm_before_residual"}, tensors))
+    assert any("d2t" in p for p in lint_eagle3(config, {**tensors, "d2t": tensors["d2t"] + 1}))
+    with pytest.raises(HeadsError, match="fc.weight has shape"):
+        from heads.formats.speculators import save_speculators
+
+        broken = Eagle3Drafter(drafter.arch)
+        broken.fc = torch.nn.Linear(2 * drafter.arch.target_hidden_size, drafter.arch.hidden_size, bias=False)
+        save_speculators(broken, "/nonexistent/never-written", {"name_or_path": "t"}, 3)
+
+
+def test_shallow_targets_need_explicit_layer_ids(target):
+    vocab, _ = build_draft_vocab(torch.ones(target.config.vocab_size), 50)
+    with pytest.raises(HeadsError, match="set drafter.layer_ids explicitly"):
+        Eagle3Drafter.from_target(EagleConfig(), target, vocab)  # 2-layer target: [2, 1, -1]
