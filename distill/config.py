@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import List, Optional
 
 
 @dataclass
@@ -25,6 +25,15 @@ class SamplingConfig:
 
 
 @dataclass
+class PromptSource:
+    """One more prompt set mixed into the distillation data (after data.prompts)."""
+
+    prompts: str = ""  # like data.prompts: a file, a local dataset directory, or an HF dataset name
+    split: str = "train"
+    max_prompts: int = 0  # prompts taken from this source (0 = all)
+
+
+@dataclass
 class DataConfig:
     prompts: str = "toyworld"  # toyworld | path to .jsonl/.json/.parquet | HF dataset name or dir
     split: str = "train"  # dataset split (toy world: train or heldout)
@@ -35,3 +44,4 @@ class DataConfig:
     batch_size: int = 16  # prompts per generate call (left padded)
     shard_size: int = 64  # prompts per shard; a killed run resumes from the last complete shard
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    mix: List[PromptSource] = field(default_factory=list)  # more sources, e.g. UltraChat after ShareGPT; each with its own split and cap

@@ -14,7 +14,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from distill.chat import encode_chat, encode_prompt, prompt_messages, tokenizer_hash
-from distill.config import DataConfig, TargetConfig
+from distill.config import DataConfig, PromptSource, TargetConfig
 from distill.errors import DistillError
 from distill.prompts import load_conversations
 from distill.sampler import HFSampler
@@ -51,8 +51,13 @@ def distill(target: TargetConfig, data: DataConfig, out_dir: str | Path, device=
         raise DistillError(f"unknown distill backend {data.backend!r}; use data.backend=hf")
     start = time.perf_counter()
     tokenizer = load_tokenizer(target)
-    conversations = load_conversations(data.prompts, data.split, toyworld_prompts(target.name_or_path, data.split))
-    examples, dropped = _encode(tokenizer, conversations, data)
+    examples, dropped = [], 0
+    for source in [PromptSource(data.prompts, data.split, data.max_prompts), *data.mix]:
+        if not source.prompts:
+            raise DistillError("every data.mix entry needs prompts=<file, dataset directory or HF dataset name>")
+        conversations = load_conversations(source.prompts, source.split, toyworld_prompts(target.name_or_path, source.split))
+        more, skipped = _encode(tokenizer, conversations, data, source.max_prompts, first_index=len(examples) + dropped)
+        examples, dropped = examples + more, dropped + skipped
     if not examples:
         raise DistillError(f"no prompt fits data.max_prompt_tokens={data.max_prompt_tokens}; raise it")
 
@@ -76,11 +81,14 @@ def distill(target: TargetConfig, data: DataConfig, out_dir: str | Path, device=
     return _write_manifest(out_dir, target, data, tokenizer, digest, len(shards), dropped, time.perf_counter() - start)
 
 
-def _encode(tokenizer, conversations, data: DataConfig) -> tuple[list[dict], int]:
-    """Token ids per usable conversation, in file order, and the count dropped as too long."""
+def _encode(tokenizer, conversations, data: DataConfig, max_prompts: int, first_index: int = 0) -> tuple[list[dict], int]:
+    """Token ids per usable conversation, in file order, and the count dropped as too long.
+
+    prompt_index counts from first_index, so indices stay unique across mixed sources.
+    """
     examples, dropped = [], 0
-    for index, messages in enumerate(conversations):
-        if data.max_prompts and len(examples) >= data.max_prompts:
+    for index, messages in enumerate(conversations, first_index):
+        if max_prompts and len(examples) >= max_prompts:
             break
         if data.regenerate:
             prompt = prompt_messages(messages)

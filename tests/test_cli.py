@@ -109,6 +109,8 @@ def test_bad_medusa_settings_fail_before_any_stage(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == "error: drafter.tree_nodes=0 must be ≥ 1"
     r = run("train", "recipe=toy_medusa", "eval.num_speculative_tokens=6", f"run_dir={tmp_path}/r")
     assert r.returncode == 2 and "exceeds drafter.num_heads=4" in r.stderr
+    r = run("train", "recipe=toy_eagle", "drafter.ttt_steps=0", f"run_dir={tmp_path}/r")
+    assert r.returncode == 2 and "drafter.ttt_steps=0 must be ≥ 1" in r.stderr
     r = run("train", "eval.tree=3", f"run_dir={tmp_path}/r")
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: eval.tree=3 must be null")
     assert not (tmp_path / "r").exists()
@@ -129,3 +131,24 @@ def test_eval_app_templates_prompts_as_the_drafter_was_trained(tmp_path, tokeniz
     tok.chat_template = None
     with pytest.raises(EvalError, match="has no chat template; pass chat_template="):
         _chat_template(EvalAppConfig(), tmp_path / "elsewhere", tok)
+
+
+@pytest.mark.slow
+def test_toy_eagle_recipe_end_to_end(tmp_path, micro_world):
+    """Distil, build the draft vocabulary, train with TTT, evaluate losslessly, export for vLLM and SGLang."""
+    small = [s for s in SMALL if not s.startswith("eval.gamma_sweep")]
+    r = run("train", "recipe=toy_eagle", *small, "drafter.layer_ids=[0,1,2]", "drafter.draft_vocab_size=300", "trainer.max_steps=6", "eval.gamma_sweep=[1,2]", f"run_dir={tmp_path}/run")
+    assert r.returncode == 0, r.stderr[-3000:]
+    drafter = tmp_path / "run" / "drafter"
+    config = json.loads((drafter / "config.json").read_text())
+    assert config["speculators_model_type"] == "eagle3" and config["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2] and config["draft_vocab_size"] == 300
+    assert (drafter / "sglang" / "model.safetensors").exists()
+    prov = json.loads((drafter / "drafthub.json").read_text())
+    assert 0 < prov["draft_vocab"]["coverage"] <= 1
+    report = json.loads((tmp_path / "run" / "eval" / "eval_report.json").read_text())
+    assert report["kind"] == "eagle3" and report["lossless"] is True
+    r = run("eval", f"drafter_dir={drafter}", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev", "eval.num_prompts=3", "eval.max_new_tokens=16", "eval.tree=dynamic", "eval.batch_size=2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["lossless"] is True
+    r = run("eval", f"drafter_dir={drafter}", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev2", "eval.tree=drafter")
+    assert r.returncode == 2 and "is not an EAGLE tree" in r.stderr.strip().splitlines()[-1]

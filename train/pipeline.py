@@ -104,6 +104,8 @@ def run_pipeline(config) -> dict:
     check_settings(cfg.eval)
     if cfg.drafter.kind == "medusa":
         _check_medusa(cfg)
+    if cfg.drafter.kind == "eagle3":
+        _check_eagle(cfg)
     cfg_dict = OmegaConf.to_container(dict_config, resolve=True)
     paths = RunPaths(resolve_run_dir(cfg, cfg_dict))
     (paths.root / ".hydra").mkdir(parents=True, exist_ok=True)
@@ -150,6 +152,14 @@ def _check_medusa(cfg: RunConfig) -> None:
         raise PipelineError(f"eval.num_speculative_tokens={cfg.eval.num_speculative_tokens} exceeds drafter.num_heads={d.num_heads}: Medusa proposes one token per head")
     if isinstance(cfg.eval.tree, list) and len(cfg.eval.tree) > d.num_heads:
         raise PipelineError(f"eval.tree={cfg.eval.tree} is {len(cfg.eval.tree)} deep but drafter.num_heads={d.num_heads}")
+
+
+def _check_eagle(cfg: RunConfig) -> None:
+    d = cfg.drafter
+    if d.ttt_steps < 1 or d.draft_vocab_size < 2:
+        raise PipelineError(f"drafter.ttt_steps={d.ttt_steps} must be ≥ 1 and drafter.draft_vocab_size={d.draft_vocab_size} ≥ 2")
+    if cfg.eval.tree not in (None, "dynamic"):
+        raise PipelineError(f"eval.tree={cfg.eval.tree} is not an EAGLE tree; use null (chains) or dynamic (EAGLE-2)")
 
 
 def _read_json(path: Path) -> dict | None:

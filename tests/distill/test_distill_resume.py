@@ -1,3 +1,4 @@
+import json
 import shutil
 
 from distill.config import DataConfig, SamplingConfig, TargetConfig
@@ -39,3 +40,20 @@ def test_samples_mask_only_the_answer_and_rerun_is_skipped(tmp_path, micro_world
             assert row["input_ids"][-1] == tokenizer.eos_token_id
     shutil.rmtree(tmp_path / "d" / "shards" / "shard-00000")  # a skipped stage doesn't touch shards
     assert distill(target, data, tmp_path / "d", "cpu") == manifest
+
+
+def test_mixed_prompt_sources_keep_their_own_split_and_cap(tmp_path, micro_world, tokenizer):
+    from distill.config import PromptSource
+
+    def write(name, texts):
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": t}, {"role": "assistant", "content": t[::-1]}]}) + "\n" for t in texts))
+        return str(path)
+
+    first, second = write("a.jsonl", [f"a{i}" for i in range(5)]), write("b.jsonl", [f"b{i}" for i in range(5)])
+    data = DataConfig(prompts=first, max_prompts=2, regenerate=False, mix=[PromptSource(prompts=second, max_prompts=3)])
+    distill(TargetConfig(name_or_path="toyworld:micro"), data, tmp_path / "out", "cpu")
+    rows = load_distilled(tmp_path / "out")
+    texts = [tokenizer.decode(ids) for ids in rows["input_ids"]]
+    assert [next(w for w in ("a0", "a1", "b0", "b1", "b2", "a2", "b3") if w in t) for t in texts] == ["a0", "a1", "b0", "b1", "b2"]
+    assert sorted(rows["prompt_index"]) == rows["prompt_index"] and len(set(rows["prompt_index"])) == 5

@@ -135,3 +135,17 @@ def test_shallow_targets_need_explicit_layer_ids(target):
     vocab, _ = build_draft_vocab(torch.ones(target.config.vocab_size), 50)
     with pytest.raises(HeadsError, match="set drafter.layer_ids explicitly"):
         Eagle3Drafter.from_target(EagleConfig(), target, vocab)  # 2-layer target: [2, 1, -1]
+
+
+def test_training_time_test_memory_grows_linearly_in_steps(drafter, target):
+    from heads.memory import saved_for_backward_bytes
+
+    H, T = target.config.hidden_size, 96
+    features, ids = torch.randn(2, T, 3 * H), torch.randint(0, target.config.vocab_size, (2, T))
+    drafter.train()
+    try:
+        saved = {n: saved_for_backward_bytes(lambda n=n: drafter(features, ids, torch.ones_like(ids), n)) for n in (1, 4, 7)}
+    finally:
+        drafter.eval()
+    first, second = saved[4] - saved[1], saved[7] - saved[4]
+    assert first > 0 and 0.9 <= second / first <= 1.2  # a constant cost per step, not one growing with n

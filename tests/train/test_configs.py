@@ -54,7 +54,7 @@ def test_misspelt_key_is_an_error():
 
 def test_every_yaml_is_covered():
     assert len(RECIPES) >= 2 and len(GROUP_YAMLS) >= 8
-    assert {p.stem for p in RECIPES} >= {"toy", "toy_draft", "toy_medusa", "medusa_vicuna7b"}
+    assert {p.stem for p in RECIPES} >= {"toy", "toy_draft", "toy_medusa", "medusa_vicuna7b", "toy_eagle", "eagle_llama8b", "eagle_llama70b"}
 
 
 def test_medusa_vicuna7b_is_the_papers_setting_and_validates():
@@ -71,3 +71,15 @@ def test_medusa_vicuna7b_is_the_papers_setting_and_validates():
     rendered = _compile_jinja_template(run.target.chat_template).render(messages=messages, add_generation_prompt=True, bos_token="<s>", eos_token="</s>")
     system = "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, detailed, and polite answers to the user's questions."
     assert rendered == f"<s>{system} USER: Hi ASSISTANT: Hello!</s>USER: Bye ASSISTANT:"
+
+
+@pytest.mark.parametrize("name,target,layers", [("eagle_llama8b", "meta-llama/Llama-3.1-8B-Instruct", [2, 16, 29]), ("eagle_llama70b", "meta-llama/Llama-3.3-70B-Instruct", [2, 40, 77])])
+def test_real_eagle_recipes_validate(name, target, layers):
+    from eval.run import check_settings
+
+    run = OmegaConf.to_object(compose("config", overrides=[f"recipe={name}"]))
+    assert run.target.name_or_path == target and run.drafter.kind == "eagle3"
+    assert run.drafter.layer_ids == layers and run.drafter.ttt_steps == 7 and run.drafter.draft_vocab_size == 32000
+    assert run.data.prompts.endswith("ShareGPT_Vicuna_unfiltered") and [m.prompts for m in run.data.mix] == ["HuggingFaceH4/ultrachat_200k"]
+    assert run.data.backend == "vllm" and run.eval.tree == "dynamic"
+    check_settings(run.eval)
