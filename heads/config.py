@@ -52,3 +52,4 @@ class EagleConfig:
     ttt_steps: int = 7  # training-time test: unrolled steps, each reading the drafter's own previous output
     step_decay: float = 0.8  # weight of step j's loss: decay^j
     norm_before_residual: bool = False  # True: the residual stream carries hidden_norm(g) instead of g
+    features: str = "online"  # online: the target runs in each step; offline: bf16 shards written once next to the data

@@ -25,8 +25,10 @@ class BatchOrder:
         return rows[self.rank :: self.world_size]
 
     def batch(self, micro_step: int) -> dict[str, torch.Tensor]:
-        rows = self.dataset[self.indices(micro_step)]
-        return collate(rows["input_ids"], rows["loss_mask"], self.max_seq_len, self.pad)
+        """Collated rows plus `rows`, their dataset indices (offline features are looked up by them)."""
+        indices = self.indices(micro_step)
+        rows = self.dataset[indices]
+        return collate(rows["input_ids"], rows["loss_mask"], self.max_seq_len, self.pad) | {"rows": torch.tensor(indices)}
 
 
 def collate(input_ids: list[list[int]], loss_mask: list[list[int]], max_seq_len: int, pad_token_id: int) -> dict[str, torch.Tensor]:

@@ -102,14 +102,26 @@ class Eagle3TrainingTimeTest:
     steps erred independently — a cheap stand-in for decoding, used to pick the best checkpoint.
     """
 
-    def __init__(self, target: torch.nn.Module, layer_ids: list[int], draft_ids: torch.Tensor, steps: int = 7, decay: float = 0.8):
-        self.target, self.layer_ids, self.steps, self.decay = target, list(layer_ids), steps, decay
+    def __init__(self, target: torch.nn.Module, layer_ids: list[int], draft_ids: torch.Tensor, steps: int = 7, decay: float = 0.8, store=None):
+        """store: a distill.feature_store.FeatureStore for offline features (then only the target's lm_head runs)."""
+        self.target, self.layer_ids, self.steps, self.decay, self.store = target, list(layer_ids), steps, decay, store
         self.draft_ids = draft_ids  # (D,) target id of each draft id
         self.progress_keys = ["loss", "sim_tau", "step0_acc"]
 
+    def _target_signals(self, batch):
+        """(B, T, F) features and (B, T, V) logits: from a target forward, or from disk + the lm_head."""
+        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        if self.store is None:
+            return layer_features(self.target, input_ids, attention_mask, self.layer_ids)
+        features, last_hidden = self.store.batch(batch["rows"].tolist(), input_ids.shape[1])  # host sync: disk lookup by row
+        lm_head = self.target.get_output_embeddings()
+        with torch.no_grad():
+            logits = lm_head(last_hidden.to(input_ids.device, lm_head.weight.dtype))
+        return features.to(input_ids.device), logits
+
     def __call__(self, model, batch):
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
-        features, target_logits = layer_features(self.target, input_ids, attention_mask, self.layer_ids)  # (B, T, F), (B, T, V)
+        features, target_logits = self._target_signals(batch)  # (B, T, F), (B, T, V)
         draft_ids = self.draft_ids.to(input_ids.device)
         target_p = target_logits[..., draft_ids].float().softmax(-1)  # (B, T, D) over the draft vocabulary
         target_top = target_logits.argmax(-1)  # (B, T)

@@ -16,6 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from distill.chat import encode_prompt, prompt_messages, tokenizer_hash
+from distill.feature_store import FeatureStore, store_dir, write_features
 from distill.prompts import load_conversations
 from distill.run import distill, config_hash as distill_hash
 from distill.shards import load_distilled, atomic_write_text
@@ -156,6 +157,8 @@ def _check_medusa(cfg: RunConfig) -> None:
 
 def _check_eagle(cfg: RunConfig) -> None:
     d = cfg.drafter
+    if d.features not in ("online", "offline"):
+        raise PipelineError(f"drafter.features={d.features!r}; use online (the target runs in each step) or offline (features written to disk once)")
     if d.ttt_steps < 1 or d.draft_vocab_size < 2:
         raise PipelineError(f"drafter.ttt_steps={d.ttt_steps} must be ≥ 1 and drafter.draft_vocab_size={d.draft_vocab_size} ≥ 2")
     if cfg.eval.tree not in (None, "dynamic"):
@@ -190,7 +193,12 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
         vocab, vocab_report = build_draft_vocab(counts, cfg.drafter.draft_vocab_size, always=eos_token_ids(target, tokenizer))
         print(f"draft vocabulary: {vocab.size} tokens cover {vocab_report['coverage']:.1%} of the distilled answers' tokens")
         drafter = Eagle3Drafter.from_target(cfg.drafter, target, vocab)
-        objective = Eagle3TrainingTimeTest(target, drafter.arch.layer_ids, vocab.draft_to_target, cfg.drafter.ttt_steps, cfg.drafter.step_decay)
+        store = None
+        if cfg.drafter.features == "offline":  # written once (resumable), then training reads them instead of running the target
+            root = store_dir(paths.data, drafter.arch.layer_ids, cfg.target.name_or_path)
+            write_features(target, dataset, root, drafter.arch.layer_ids, batch_size=trainer.batch_size)
+            store = FeatureStore(root)
+        objective = Eagle3TrainingTimeTest(target, drafter.arch.layer_ids, vocab.draft_to_target, cfg.drafter.ttt_steps, cfg.drafter.step_decay, store)
     else:
         raise PipelineError(f"drafter.kind={kind!r} is not trainable yet; use drafter=draft_lm, medusa or eagle3")
     accelerator = build_accelerator(trainer, paths.root)

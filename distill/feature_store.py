@@ -1,0 +1,104 @@
+"""Offline target features: hidden states at given layer ids (plus the lm_head input) for every
+token of a distillation dataset, in bf16 safetensors shards next to it.
+
+Training then needs no target forward, only its lm_head. Shards are written to a temporary file
+and renamed, so a killed run resumes from the last complete shard; the disk needed is computed
+and printed before the first shard, and a disk without room is refused up front.
+
+    features/<key>/manifest.json              layer ids, bytes per token, shard size, tokens
+    features/<key>/shard-00000.safetensors    features_<row> (T, len(ids)·H), last_hidden_<row> (T, H)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
+
+from distill.errors import DistillError
+from distill.features import final_hidden_states, layer_features
+from distill.shards import atomic_write_text
+
+DTYPE = torch.bfloat16
+
+
+def store_dir(data_dir: str | Path, layer_ids: list[int], target_name: str) -> Path:
+    key = hashlib.sha256(json.dumps([list(layer_ids), target_name]).encode()).hexdigest()[:12]
+    return Path(data_dir) / "features" / key
+
+
+def bytes_needed(num_tokens: int, num_layers: int, hidden_size: int) -> int:
+    """bf16 features at num_layers ids plus the lm_head input, for every token."""
+    return num_tokens * (num_layers + 1) * hidden_size * 2
+
+
+@torch.no_grad()
+def write_features(target, dataset, out: Path, layer_ids: list[int], batch_size: int = 8, shard_size: int = 64, free_bytes: int | None = None) -> dict:
+    """Write (or finish writing) the offline features of `dataset` (rows with input_ids); return the manifest."""
+    out.mkdir(parents=True, exist_ok=True)
+    hidden = target.get_output_embeddings().weight.shape[1]
+    lengths = [len(ids) for ids in dataset["input_ids"]]
+    need = bytes_needed(sum(lengths), len(layer_ids), hidden)
+    shards = [list(range(i, min(i + shard_size, len(lengths)))) for i in range(0, len(lengths), shard_size)]
+    todo = [i for i, _ in enumerate(shards) if not _shard_path(out, i).exists()]
+    remaining = sum(bytes_needed(sum(lengths[r] for r in shards[i]), len(layer_ids), hidden) for i in todo)
+    free = shutil.disk_usage(out).free if free_bytes is None else free_bytes
+    print(f"offline features: {sum(lengths)} tokens × {need // max(sum(lengths), 1)} bytes = {need / 2**20:.1f} MiB in {out} ({remaining / 2**20:.1f} MiB still to write, {free / 2**20:.0f} MiB free)")
+    if remaining > free:
+        raise DistillError(f"offline features need {remaining / 2**30:.2f} GiB more but {out} has {free / 2**30:.2f} GiB free; free some space, point run_dir elsewhere, or use drafter.features=online")
+    device = next(target.parameters()).device
+    for i in tqdm(todo, desc="features", unit="shard"):
+        tensors = {}
+        rows = shards[i]
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start : start + batch_size]
+            ids = [dataset[r]["input_ids"] for r in chunk]
+            width = max(map(len, ids))
+            batch = torch.zeros(len(chunk), width, dtype=torch.long)
+            mask = torch.zeros_like(batch)
+            for j, x in enumerate(ids):
+                batch[j, : len(x)], mask[j, : len(x)] = torch.tensor(x), 1
+            feats, _ = layer_features(target, batch.to(device), mask.to(device), layer_ids)
+            last, _ = final_hidden_states(target, batch.to(device), mask.to(device))
+            for j, r in enumerate(chunk):
+                n = len(ids[j])
+                tensors[f"features_{r}"] = feats[j, :n].to(DTYPE).cpu().contiguous()
+                tensors[f"last_hidden_{r}"] = last[j, :n].to(DTYPE).cpu().contiguous()
+        tmp = out / f".tmp-{i:05d}.safetensors"
+        save_file(tensors, str(tmp))
+        os.replace(tmp, _shard_path(out, i))
+    manifest = {"layer_ids": list(layer_ids), "hidden_size": hidden, "dtype": "bfloat16", "shard_size": shard_size, "tokens": sum(lengths), "bytes": need, "bytes_per_token": need // max(sum(lengths), 1), "rows": len(lengths)}
+    atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2))
+    return manifest
+
+
+def _shard_path(out: Path, index: int) -> Path:
+    return out / f"shard-{index:05d}.safetensors"
+
+
+class FeatureStore:
+    """Read the offline features of dataset rows back, padded like the token batch."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        manifest = self.root / "manifest.json"
+        if not manifest.exists():
+            raise DistillError(f"no complete offline features in {self.root}; run training with drafter.features=offline to write them")
+        self.manifest = json.loads(manifest.read_text())
+
+    def batch(self, rows: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """features (B, width, F) and last_hidden (B, width, H) in float32, zero past each row's end."""
+        feats, lasts = [], []
+        for r in rows:
+            with safe_open(str(_shard_path(self.root, r // self.manifest["shard_size"])), "pt") as f:
+                feats.append(f.get_tensor(f"features_{r}")[:width].float())
+                lasts.append(f.get_tensor(f"last_hidden_{r}")[:width].float())
+        pad = lambda xs: torch.stack([torch.nn.functional.pad(x, (0, 0, 0, width - x.shape[0])) for x in xs])  # noqa: E731
+        return pad(feats), pad(lasts)
