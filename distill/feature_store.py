@@ -42,17 +42,18 @@ def bytes_needed(num_tokens: int, num_layers: int, hidden_size: int) -> int:
 @torch.no_grad()
 def write_features(target, dataset, out: Path, layer_ids: list[int], batch_size: int = 8, shard_size: int = 64, free_bytes: int | None = None) -> dict:
     """Write (or finish writing) the offline features of `dataset` (rows with input_ids); return the manifest."""
-    out.mkdir(parents=True, exist_ok=True)
     hidden = target.get_output_embeddings().weight.shape[1]
     lengths = [len(ids) for ids in dataset["input_ids"]]
     need = bytes_needed(sum(lengths), len(layer_ids), hidden)
     shards = [list(range(i, min(i + shard_size, len(lengths)))) for i in range(0, len(lengths), shard_size)]
     todo = [i for i, _ in enumerate(shards) if not _shard_path(out, i).exists()]
     remaining = sum(bytes_needed(sum(lengths[r] for r in shards[i]), len(layer_ids), hidden) for i in todo)
-    free = shutil.disk_usage(out).free if free_bytes is None else free_bytes
+    existing = next(p for p in [out, *out.parents] if p.exists())  # the check runs before anything is created
+    free = shutil.disk_usage(existing).free if free_bytes is None else free_bytes
     print(f"offline features: {sum(lengths)} tokens × {need // max(sum(lengths), 1)} bytes = {need / 2**20:.1f} MiB in {out} ({remaining / 2**20:.1f} MiB still to write, {free / 2**20:.0f} MiB free)")
     if remaining > free:
         raise DistillError(f"offline features need {remaining / 2**30:.2f} GiB more but {out} has {free / 2**30:.2f} GiB free; free some space, point run_dir elsewhere, or use drafter.features=online")
+    out.mkdir(parents=True, exist_ok=True)
     device = next(target.parameters()).device
     for i in tqdm(todo, desc="features", unit="shard"):
         tensors = {}

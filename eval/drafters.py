@@ -20,18 +20,21 @@ from eval.proposer import DraftLMProposer, Proposer
 from eval.run import check_settings
 from heads.draft_lm import DraftLM
 from heads.eagle import Eagle3Drafter
+from heads.eagle1 import Eagle1Drafter
 from heads.medusa import MedusaHeads
 from heads.medusa_tree import full_tree
 
 
 def drafter_kind(path: str | Path) -> str:
-    """`eagle3`, `medusa` or `draft_lm`, from the checkpoint's config.json."""
+    """`eagle3`, `eagle1`, `medusa` or `draft_lm`, from the checkpoint's config.json."""
     config = Path(path) / "config.json"
     if not config.exists():
         raise EvalError(f"{path} is not a saved drafter (no config.json)")
     config = json.loads(config.read_text())
     if config.get("speculators_model_type") == "eagle3":
         return "eagle3"
+    if config.get("drafthub_kind") == "eagle1":
+        return "eagle1"
     return "medusa" if config.get("model_type") == "medusa" else "draft_lm"
 
 
@@ -55,10 +58,13 @@ def load_proposer(path: str | Path, target, vocab_size: int, cfg: EvalConfig, de
         if tree and max(map(len, tree)) > heads.num_heads:
             raise EvalError(f"eval.tree={cfg.tree} is {max(map(len, tree))} deep but the drafter has {heads.num_heads} Medusa heads")
         return MedusaProposer(heads, vocab_size, tree, topk_candidates=cfg.acceptance == "typical"), kind
-    if kind == "eagle3":
-        drafter = Eagle3Drafter.from_pretrained(path).eval().to(device)
+    if kind in ("eagle3", "eagle1"):
+        if kind == "eagle3":
+            drafter = Eagle3Drafter.from_pretrained(path).eval().to(device)
+        else:
+            drafter = Eagle1Drafter.from_pretrained(path, target.get_output_embeddings().weight).eval().to(device)
         if drafter.arch.target_hidden_size != target.config.hidden_size or drafter.arch.vocab_size < vocab_size:
-            raise EvalError(f"{path} is an EAGLE-3 drafter for hidden size {drafter.arch.target_hidden_size} and {drafter.arch.vocab_size} tokens; this target has {target.config.hidden_size} and {vocab_size}")
+            raise EvalError(f"{path} is an EAGLE drafter for hidden size {drafter.arch.target_hidden_size} and {drafter.arch.vocab_size} tokens; this target has {target.config.hidden_size} and {vocab_size}")
         if cfg.tree not in (None, "dynamic"):
             raise EvalError(f"eval.tree={cfg.tree} is not an EAGLE tree; use null (chains) or dynamic (EAGLE-2, shaped by eval.dynamic_tree)")
         tree = asdict(cfg.dynamic_tree) if cfg.tree == "dynamic" else None

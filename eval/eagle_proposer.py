@@ -1,4 +1,4 @@
-"""Proposals from an EAGLE-3 drafter: chains, and EAGLE-2's dynamic trees.
+"""Proposals from EAGLE drafters (EAGLE-3 and EAGLE-1): chains, and EAGLE-2's dynamic trees.
 
 The drafter's cache holds one entry per verified position t < n−1 (n = sequence length): the
 target's fused features at t and token t+1. The engine delivers features when tokens are
@@ -24,15 +24,19 @@ import torch
 from eval.proposer import Proposal, TargetFeatures
 from eval.sampling import SamplingParams, probs_from_logits, sample
 from heads.eagle import Eagle3Drafter
+from heads.eagle1 import Eagle1Drafter
 
 
 class EagleProposer:
-    def __init__(self, drafter: Eagle3Drafter, vocab_size: int, tree: Optional[dict] = None):
+    """Chains and dynamic trees for EAGLE-3 and EAGLE-1 drafters (same decode contract)."""
+
+    def __init__(self, drafter: Eagle3Drafter | Eagle1Drafter, vocab_size: int, tree: Optional[dict] = None):
         """tree: None for chains, or {"depth", "top_k", "total_tokens"} for EAGLE-2 dynamic trees."""
         self.drafter, self.vocab_size, self.tree = drafter, vocab_size, tree
         self.target_layer_ids = drafter.target_layer_ids
         self.tree_depth = tree["depth"] if tree else None
         self.max_num_speculative_tokens = None
+        self._draft_ids = None  # target id of each proposable draft id, set on first use
 
     def reset(self, batch_size: int, device: torch.device) -> None:
         self.cache = self.drafter.new_cache(batch_size, device)
@@ -71,9 +75,12 @@ class EagleProposer:
 
     def _to_target(self, draft_logits: torch.Tensor) -> torch.Tensor:
         """(…, D) draft-vocabulary logits → (…, V) target-vocabulary logits (−inf off the draft vocab)."""
+        if self._draft_ids is None:
+            ids = self.drafter.draft_to_target(torch.arange(self.drafter.arch.draft_vocab_size, device=draft_logits.device))
+            self._keep = ids < self.vocab_size  # embedding rows past the tokenizer are never proposed
+            self._draft_ids = ids[self._keep]
         full = draft_logits.new_full((*draft_logits.shape[:-1], self.vocab_size), float("-inf"))
-        ids = torch.arange(self.drafter.arch.draft_vocab_size, device=draft_logits.device)
-        return full.index_copy(-1, self.drafter.draft_to_target(ids), draft_logits[..., : len(ids)])
+        return full.index_copy(-1, self._draft_ids, draft_logits[..., self._keep])
 
     @torch.no_grad()
     def propose(self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None) -> Proposal:

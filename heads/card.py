@@ -59,6 +59,17 @@ SGLang (the `sglang/` subdirectory, `LlamaForCausalLMEagle3` layout):
 
 drafthub's engine (chains or EAGLE-2 dynamic trees, lossless):
 `python -m eval drafter_dir=THIS_DIRECTORY prompts=PROMPTS.jsonl out_dir=OUT eval.tree=dynamic`."""
+    if kind == "eagle1":
+        return f"""## Use it
+
+vLLM (EAGLE method; the target's lm_head and embeddings are shared, so none ships here):
+
+```python
+from vllm import LLM
+llm = LLM(model="{target}", speculative_config={{"method": "eagle", "model": "THIS_DIRECTORY", "num_speculative_tokens": {gamma}}})
+```
+
+drafthub's engine: `python -m eval drafter_dir=THIS_DIRECTORY prompts=PROMPTS.jsonl out_dir=OUT`."""
     if kind == "medusa":
         heads = provenance["drafter_config"]["num_heads"]
         return f"""## Use it

@@ -43,7 +43,7 @@ class MedusaConfig:
 
 @dataclass
 class EagleConfig:
-    kind: str = "eagle3"
+    kind: str = "eagle3"  # eagle3 | eagle1
     layer_ids: Optional[List[int]] = None  # target hidden_states indices fused by fc; None = [2, N//2, N−3], written explicitly on export
     num_attention_heads: Optional[int] = None  # None = the target's (head_dim = target hidden / heads)
     num_key_value_heads: Optional[int] = None  # None = the target's
@@ -52,4 +52,7 @@ class EagleConfig:
     ttt_steps: int = 7  # training-time test: unrolled steps, each reading the drafter's own previous output
     step_decay: float = 0.8  # weight of step j's loss: decay^j
     norm_before_residual: bool = False  # True: the residual stream carries hidden_norm(g) instead of g
-    features: str = "online"  # online: the target runs in each step; offline: bf16 shards written once next to the data
+    features: str = "online"  # online: the target runs in each step; offline: bf16 shards written once next to the data (EAGLE-3)
+    select_samples: int = 32  # EAGLE-3: distilled samples held out to score every checkpoint by simulated τ (best kept); 0 = last checkpoint
+    feature_noise: float = 0.1  # EAGLE-1: uniform ±noise added to the input features in training
+    cls_weight: float = 0.1  # EAGLE-1: weight of the soft cross-entropy next to the feature regression

@@ -137,9 +137,11 @@ def test_eval_app_templates_prompts_as_the_drafter_was_trained(tmp_path, tokeniz
 def test_toy_eagle_recipe_end_to_end(tmp_path, micro_world):
     """Distil, build the draft vocabulary, write offline features, train with TTT, evaluate losslessly, export for vLLM and SGLang."""
     small = [s for s in SMALL if not s.startswith("eval.gamma_sweep")]
-    r = run("train", "recipe=toy_eagle", *small, "drafter.layer_ids=[0,1,2]", "drafter.draft_vocab_size=300", "drafter.features=offline", "trainer.max_steps=6", "eval.gamma_sweep=[1,2]", f"run_dir={tmp_path}/run")
+    r = run("train", "recipe=toy_eagle", *small, "drafter.layer_ids=[0,1,2]", "drafter.draft_vocab_size=300", "drafter.features=offline", "drafter.select_samples=8", "trainer.max_steps=6", "trainer.save_every=3", "eval.gamma_sweep=[1,2]", f"run_dir={tmp_path}/run")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "offline features:" in r.stdout and len(list((tmp_path / "run" / "data" / "features").glob("*/manifest.json"))) == 1
+    summary = json.loads((tmp_path / "run" / "checkpoints" / "final" / "train_summary.json").read_text())
+    assert summary["selected_checkpoint"]["step"] in (3, 6)  # scored by simulated τ on 8 held-out samples
     drafter = tmp_path / "run" / "drafter"
     config = json.loads((drafter / "config.json").read_text())
     assert config["speculators_model_type"] == "eagle3" and config["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2] and config["draft_vocab_size"] == 300

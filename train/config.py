@@ -72,7 +72,7 @@ def register_configs() -> None:
     cs.store(name="run_schema", node=RunConfig)
     cs.store(group="drafter", name="draft_lm_schema", node=DraftLMConfig)
     cs.store(group="drafter", name="medusa_schema", node=MedusaConfig)
-    cs.store(group="drafter", name="eagle3_schema", node=EagleConfig)
+    cs.store(group="drafter", name="eagle_schema", node=EagleConfig)
     for entry in resources.files("recipes").iterdir():
         if entry.name.endswith(".yaml"):
             node = OmegaConf.create(entry.read_text())

@@ -5,15 +5,19 @@ forward → loss → backward → step → log → save, in one place; the objec
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
+from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
+from distill.shards import atomic_write_text
 from train.checkpoint import load_latest, save_checkpoint
 from train.config import TrainerConfig
 from train.data import BatchOrder
@@ -35,7 +39,7 @@ def build_accelerator(cfg: TrainerConfig, project_dir: Path) -> Accelerator:
     )
 
 
-def train_loop(accelerator: Accelerator, cfg: TrainerConfig, model: torch.nn.Module, objective, dataset, pad_token_id: int, ckpt_dir: Path, config_dict: dict, stop_after: int | None = None) -> dict:
+def train_loop(accelerator: Accelerator, cfg: TrainerConfig, model: torch.nn.Module, objective, dataset, pad_token_id: int, ckpt_dir: Path, config_dict: dict, stop_after: int | None = None, select=None) -> dict:
     """Train `model` with `objective` for cfg.max_steps optimizer steps; return final metrics.
 
     Resumes from the latest checkpoint in ckpt_dir when cfg.resume, replaying the same batches an
@@ -43,6 +47,8 @@ def train_loop(accelerator: Accelerator, cfg: TrainerConfig, model: torch.nn.Mod
 
     Args:
         stop_after: return after this optimizer step, as a killed run would (tests use it).
+        select: optional model → score (higher is better), computed at every checkpoint; the
+            best-scoring weights are kept in ckpt_dir/best.safetensors (see best_weights).
     """
     set_seed(cfg.seed)
     order = BatchOrder(dataset, cfg.batch_size, cfg.max_seq_len, pad_token_id, cfg.seed, accelerator.process_index, accelerator.num_processes)
@@ -80,9 +86,39 @@ def train_loop(accelerator: Accelerator, cfg: TrainerConfig, model: torch.nn.Mod
             accelerator.log(metrics, step=done)
         if done % cfg.save_every == 0 or done == cfg.max_steps:
             save_checkpoint(accelerator, ckpt_dir, done, config_dict, cfg.keep_last)
+            if select is not None:
+                keep_best(accelerator, model, select, ckpt_dir, done)
         if stop_after is not None and done >= stop_after:
             return metrics
     if not metrics and start >= cfg.max_steps:
         metrics = {"loss": math.nan}
     accelerator.end_training()
     return metrics
+
+
+BEST_WEIGHTS, BEST_META = "best.safetensors", "best.json"
+
+
+def keep_best(accelerator: Accelerator, model: torch.nn.Module, select, ckpt_dir: Path, step: int) -> None:
+    """Score the current weights; if they beat the best so far, write them (atomically) as the best."""
+    model.eval()
+    with torch.no_grad():
+        score = float(select(accelerator.unwrap_model(model)))  # host sync: once per checkpoint
+    model.train()
+    meta_file = Path(ckpt_dir) / BEST_META
+    best = json.loads(meta_file.read_text()) if meta_file.exists() else None
+    if accelerator.is_main_process and (best is None or score > best["score"]):
+        state = {k: v.detach().contiguous().cpu() for k, v in accelerator.unwrap_model(model).state_dict().items()}
+        tmp = Path(ckpt_dir) / f".tmp-{BEST_WEIGHTS}"
+        save_file(state, str(tmp))
+        os.replace(tmp, Path(ckpt_dir) / BEST_WEIGHTS)
+        atomic_write_text(meta_file, json.dumps({"step": step, "score": score}))
+    accelerator.wait_for_everyone()
+
+
+def best_weights(ckpt_dir: Path) -> tuple[dict, dict] | None:
+    """(state dict, {"step", "score"}) of the best checkpoint kept by keep_best, or None."""
+    meta_file = Path(ckpt_dir) / BEST_META
+    if not meta_file.exists():
+        return None
+    return load_file(str(Path(ckpt_dir) / BEST_WEIGHTS)), json.loads(meta_file.read_text())

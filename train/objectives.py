@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 import torch
+import torch.nn.functional as F
 
 from distill.features import final_hidden_states, layer_features
 from heads.medusa_tree import rank_accuracy
@@ -146,3 +147,34 @@ class Eagle3TrainingTimeTest:
                 metrics[f"step{j}_loss"], metrics[f"step{j}_acc"] = loss_j.detach(), acc
         metrics["loss"], metrics["sim_tau"] = total.detach(), sim_tau
         return total, metrics
+
+
+class Eagle1Distillation:
+    """EAGLE-1: regress the target's next final feature and match its next-token distribution.
+
+    The drafter reads the target's features f_t (plus uniform ±`noise`, EAGLE's robustness
+    trick) and token t+1, and predicts f_{t+1}: loss = SmoothL1(f̂_t, f_{t+1}) + cls_weight ·
+    soft CE between the target's distribution for token t+2 and lm_head(f̂_t). A position
+    counts when token t+2 is assistant-written.
+    """
+
+    def __init__(self, target: torch.nn.Module, vocab_size: int, noise: float = 0.1, cls_weight: float = 0.1):
+        self.target, self.vocab_size, self.noise, self.cls_weight = target, vocab_size, noise, cls_weight
+        self.progress_keys = ["loss", "regression", "top1_agreement"]
+
+    def __call__(self, model, batch):
+        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        features, target_logits = final_hidden_states(self.target, input_ids, attention_mask)  # (B, T, H), (B, T, V)
+        noisy = features + (torch.rand_like(features) * 2 - 1) * self.noise if self.noise else features
+        predicted = model(noisy, input_ids, attention_mask)  # (B, T, H): entry t estimates f_{t+1}
+        m = (batch["loss_mask"] * attention_mask).bool()[:, 2:]  # (B, T−2)
+        guess, truth = predicted[:, :-2][m], features[:, 1:-1][m].to(predicted.dtype)  # (N, H)
+        regression = F.smooth_l1_loss(guess, truth)
+        unwrapped = getattr(model, "module", model)
+        q = unwrapped.logits(guess)[:, : self.vocab_size].float().log_softmax(-1)
+        p = target_logits[:, 1:-1][m][:, : self.vocab_size].float().softmax(-1)
+        classification = -(p * q).sum(-1).mean() if q.shape[0] else q.sum()
+        loss = regression + self.cls_weight * classification
+        with torch.no_grad():
+            agree = (q.argmax(-1) == p.argmax(-1)).float().mean() if q.shape[0] else q.new_zeros(())
+        return loss, {"loss": loss.detach(), "regression": regression.detach(), "classification": classification.detach(), "top1_agreement": agree}

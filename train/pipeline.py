@@ -26,15 +26,17 @@ from eval.run import check_settings, evaluate
 from heads.draft_lm import DraftLM
 from heads.formats.hf_causal import export_draft_lm
 from heads.eagle import Eagle3Drafter
-from heads.formats.eagle_export import export_eagle3
+from heads.eagle1 import Eagle1Drafter
+from heads.formats.eagle_export import export_eagle1, export_eagle3
 from heads.formats.medusa_vllm import export_medusa
 from heads.medusa import MedusaHeads
 from heads.vocab import build_draft_vocab, token_counts
 from train.config import STAGES, RunConfig
 from train.calibration import calibrate_medusa
 from train.losses import LOSSES
-from train.loop import build_accelerator, train_loop
-from train.objectives import DraftLMDistillation, Eagle3TrainingTimeTest, MedusaDistillation
+from train.data import collate
+from train.loop import best_weights, build_accelerator, train_loop
+from train.objectives import DraftLMDistillation, Eagle1Distillation, Eagle3TrainingTimeTest, MedusaDistillation
 
 SUMMARY = "train_summary.json"
 
@@ -105,7 +107,7 @@ def run_pipeline(config) -> dict:
     check_settings(cfg.eval)
     if cfg.drafter.kind == "medusa":
         _check_medusa(cfg)
-    if cfg.drafter.kind == "eagle3":
+    if cfg.drafter.kind in ("eagle3", "eagle1"):
         _check_eagle(cfg)
     cfg_dict = OmegaConf.to_container(dict_config, resolve=True)
     paths = RunPaths(resolve_run_dir(cfg, cfg_dict))
@@ -134,6 +136,22 @@ def run_pipeline(config) -> dict:
     return results
 
 
+def _sim_tau_selector(objective, dataset, start: int, pad_token_id: int, trainer, device):
+    """model → mean simulated τ of the objective over dataset rows start… (fixed batches)."""
+    rows = list(range(start, len(dataset)))
+    batches = []
+    for i in range(0, len(rows), trainer.batch_size):
+        chunk = rows[i : i + trainer.batch_size]
+        part = dataset[chunk]
+        batches.append(collate(part["input_ids"], part["loss_mask"], trainer.max_seq_len, pad_token_id) | {"rows": torch.tensor(chunk)})
+
+    def select(model) -> float:
+        scores = [objective(model, {k: v.to(device) for k, v in b.items()})[1]["sim_tau"] for b in batches]
+        return float(torch.stack(scores).mean())
+
+    return select
+
+
 def _verifier(cfg: RunConfig, target) -> dict:
     """The speculators `verifier` entry: the target as users name it, and its architectures."""
     return {"name_or_path": cfg.target.name_or_path, "architectures": list(getattr(target.config, "architectures", None) or [])}
@@ -159,6 +177,8 @@ def _check_eagle(cfg: RunConfig) -> None:
     d = cfg.drafter
     if d.features not in ("online", "offline"):
         raise PipelineError(f"drafter.features={d.features!r}; use online (the target runs in each step) or offline (features written to disk once)")
+    if d.kind == "eagle1" and d.features != "online":
+        raise PipelineError("drafter.features=offline is implemented for EAGLE-3; EAGLE-1 trains with online features")
     if d.ttt_steps < 1 or d.draft_vocab_size < 2:
         raise PipelineError(f"drafter.ttt_steps={d.ttt_steps} must be ≥ 1 and drafter.draft_vocab_size={d.draft_vocab_size} ≥ 2")
     if cfg.eval.tree not in (None, "dynamic"):
@@ -176,7 +196,7 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
     tokenizer = load_tokenizer(cfg.target)
     target = load_target(cfg.target, device)
     dataset = load_distilled(paths.data)
-    trainer, kind = cfg.trainer, cfg.drafter.kind
+    trainer, kind, select = cfg.trainer, cfg.drafter.kind, None
     torch.manual_seed(trainer.seed)  # the fresh drafter's initial weights
     if kind == "draft_lm":
         drafter = DraftLM.from_config(cfg.drafter, target.config, tokenizer, cfg.target.trust_remote_code)
@@ -189,6 +209,9 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
         drafter = MedusaHeads.from_target(cfg.drafter, target)
         objective = MedusaDistillation(target, cfg.drafter.num_heads, trainer.loss, len(tokenizer), cfg.drafter.loss_decay, trainer.jsd_beta, trainer.kd_temperature)
     elif kind == "eagle3":
+        held = cfg.drafter.select_samples
+        if held and not held <= len(dataset) - trainer.batch_size:
+            raise PipelineError(f"drafter.select_samples={held} must leave ≥ trainer.batch_size={trainer.batch_size} of the {len(dataset)} distilled samples for training; lower it (0 keeps the last checkpoint)")
         counts = token_counts(dataset["input_ids"], dataset["loss_mask"], target.get_output_embeddings().weight.shape[0])
         vocab, vocab_report = build_draft_vocab(counts, cfg.drafter.draft_vocab_size, always=eos_token_ids(target, tokenizer))
         print(f"draft vocabulary: {vocab.size} tokens cover {vocab_report['coverage']:.1%} of the distilled answers' tokens")
@@ -199,11 +222,17 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
             write_features(target, dataset, root, drafter.arch.layer_ids, batch_size=trainer.batch_size)
             store = FeatureStore(root)
         objective = Eagle3TrainingTimeTest(target, drafter.arch.layer_ids, vocab.draft_to_target, cfg.drafter.ttt_steps, cfg.drafter.step_decay, store)
+        if held:  # the last `held` samples score each checkpoint; training never sees them
+            select = _sim_tau_selector(objective, dataset, len(dataset) - held, tokenizer.pad_token_id, trainer, device)
+            dataset = dataset.select(range(len(dataset) - held))
+    elif kind == "eagle1":
+        drafter = Eagle1Drafter.from_target(cfg.drafter, target)
+        objective = Eagle1Distillation(target, len(tokenizer), cfg.drafter.feature_noise, cfg.drafter.cls_weight)
     else:
-        raise PipelineError(f"drafter.kind={kind!r} is not trainable yet; use drafter=draft_lm, medusa or eagle3")
+        raise PipelineError(f"drafter.kind={kind!r} is not trainable; use drafter=draft_lm, medusa, eagle3 or eagle1")
     accelerator = build_accelerator(trainer, paths.root)
     t0 = time.perf_counter()
-    metrics = train_loop(accelerator, trainer, drafter, objective, dataset, tokenizer.pad_token_id, paths.checkpoints, {"drafter": cfg_dict["drafter"], "trainer": cfg_dict["trainer"]})
+    metrics = train_loop(accelerator, trainer, drafter, objective, dataset, tokenizer.pad_token_id, paths.checkpoints, {"drafter": cfg_dict["drafter"], "trainer": cfg_dict["trainer"]}, select=select)
     summary = {"stage_hash": stage_hash, "metrics": metrics, "seconds": round(time.perf_counter() - t0, 1), "parameters": sum(p.numel() for p in drafter.parameters())}
     if accelerator.is_main_process:
         drafter = accelerator.unwrap_model(drafter)
@@ -211,6 +240,10 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
             summary["medusa"] = calibrate_medusa(drafter.eval(), target, holdout_set, cfg.drafter.tree_topk, cfg.drafter.tree_nodes, len(tokenizer), tokenizer.pad_token_id, trainer.batch_size, trainer.max_seq_len)
         if kind == "eagle3":
             summary["draft_vocab"] = vocab_report
+            best = best_weights(paths.checkpoints) if select else None
+            if best:  # the checkpoint with the best simulated τ on held-out samples, not merely the last
+                drafter.load_state_dict(best[0])
+                summary["selected_checkpoint"] = best[1]
             drafter.save_pretrained(paths.final, _verifier(cfg, target), cfg.eval.num_speculative_tokens)
         else:
             drafter.save_pretrained(paths.final)
@@ -277,6 +310,9 @@ def _publish_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, stage_hash: 
     if cfg.drafter.kind == "medusa":
         provenance["medusa"] = _read_json(paths.final / SUMMARY)["medusa"]
         export_medusa(MedusaHeads.from_pretrained(paths.final), paths.drafter, provenance)
+    elif cfg.drafter.kind == "eagle1":
+        target = load_target(cfg.target, "cpu")
+        export_eagle1(Eagle1Drafter.from_pretrained(paths.final, target.get_output_embeddings().weight), paths.drafter, provenance)
     elif cfg.drafter.kind == "eagle3":
         provenance["draft_vocab"] = _read_json(paths.final / SUMMARY)["draft_vocab"]
         gamma = report.get("recommended_num_speculative_tokens") or cfg.eval.num_speculative_tokens

@@ -1,5 +1,6 @@
-"""Export an EAGLE-3 drafter: the speculators directory vLLM serves as is, SGLang's
-LlamaForCausalLMEagle3 layout in `sglang/`, drafthub.json and a model card."""
+"""Export EAGLE drafters: EAGLE-3 as the speculators directory vLLM serves as is plus SGLang's
+LlamaForCausalLMEagle3 layout in `sglang/`; EAGLE-1 as the one-layer llama directory vLLM's
+`eagle` method loads. Each with drafthub.json and a model card."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from safetensors.torch import save_file
 
 from heads.card import render_model_card
 from heads.eagle import Eagle3Drafter
+from heads.eagle1 import Eagle1Drafter
 from heads.formats.hf_causal import PROVENANCE
 from heads.formats.speculators import save_speculators, sglang_tensors
 from heads.formats.staging import staged_directory
@@ -46,6 +48,14 @@ def export_eagle3(drafter: Eagle3Drafter, out_dir: str | Path, provenance: dict,
         (tmp / "sglang").mkdir()
         (tmp / "sglang" / "config.json").write_text(json.dumps(sglang_config(drafter), indent=2))
         save_file(sglang_tensors(drafter), str(tmp / "sglang" / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / PROVENANCE).write_text(json.dumps(provenance, indent=2))
+        (tmp / "README.md").write_text(render_model_card(provenance))
+    return Path(out_dir)
+
+
+def export_eagle1(drafter: Eagle1Drafter, out_dir: str | Path, provenance: dict) -> Path:
+    with staged_directory(out_dir) as tmp:
+        drafter.save_pretrained(tmp)
         (tmp / PROVENANCE).write_text(json.dumps(provenance, indent=2))
         (tmp / "README.md").write_text(render_model_card(provenance))
     return Path(out_dir)

@@ -26,3 +26,23 @@ def fit_eagle(target, steps: int = 60, draft_vocab_size: int = 400, seed: int = 
         optimizer.step()
         optimizer.zero_grad()
     return drafter.eval()
+
+
+def fit_eagle1(target, steps: int = 60, seed: int = 0):
+    from heads.eagle1 import Eagle1Drafter
+    from train.objectives import Eagle1Distillation
+
+    torch.manual_seed(seed)
+    prompt = torch.randint(5, target.config.vocab_size, (8, 4))
+    ids = target.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=True, max_new_tokens=60, pad_token_id=0)
+    mask = torch.ones_like(ids)
+    drafter = Eagle1Drafter.from_target(EagleConfig(kind="eagle1"), target)
+    objective = Eagle1Distillation(target, target.config.vocab_size)
+    optimizer = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=3e-3)
+    batch = {"input_ids": ids, "attention_mask": mask, "loss_mask": mask}
+    for _ in range(steps):
+        loss, _ = objective(drafter, batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return drafter.eval()

@@ -49,3 +49,45 @@ def test_sampled_eagle_chain_draws_from_the_target_distribution(target, drafter,
     top = p.topk(5).indices
     assert torch.all((counts[top] / draws - p[top]).abs() <= 5 * torch.sqrt(p[top] * (1 - p[top]) / draws))
     assert counts[p == 0].sum() == 0
+
+
+@pytest.fixture(scope="module")
+def eagle1(target):
+    from tests.eval.eagle_fit import fit_eagle1
+
+    return fit_eagle1(target)
+
+
+@pytest.mark.parametrize("tree", [None, {"depth": 4, "top_k": 3, "total_tokens": 8}], ids=["chain", "dynamic_tree"])
+def test_greedy_eagle1_equals_target_greedy(target, eagle1, tokenizer, prompt_ids, reference, tree):
+    proposer = EagleProposer(eagle1, len(tokenizer), tree)
+    out, stats = speculative_generate(target, proposer, prompt_ids, 40, 3, GREEDY, {tokenizer.eos_token_id}, len(tokenizer))
+    assert out == reference
+    depth = 3 if tree is None else tree["depth"]
+    assert any(c > 0 for c in stats.accept_counts) and any(c < depth for c in stats.accept_counts)
+
+
+def test_eagle1_export_is_what_vllm_eagle_loads_and_round_trips(tmp_path, target, eagle1, tokenizer, prompt_ids):
+    import json
+
+    from safetensors import safe_open
+
+    from heads.eagle1 import Eagle1Drafter
+    from heads.formats.eagle_export import export_eagle1
+
+    out = export_eagle1(eagle1, tmp_path / "d", {"kind": "eagle1", "model_name": "e", "target": {"name_or_path": "toyworld:micro"}, "recipe": {"recipe_name": "t"}, "eval": {}})
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_hidden_layers"] == 1 and config["architectures"] == ["LlamaForCausalLM"] and config["bias"] is False
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+        H = target.config.hidden_size
+        assert tuple(f.get_slice("fc.weight").get_shape()) == (H, 2 * H)
+    assert "fc.bias" not in names and not any("lm_head" in n or "input_layernorm" in n for n in names)  # vLLM's eagle layout
+    assert {"layers.0.self_attn.q_proj.weight", "layers.0.post_attention_layernorm.weight", "embed_tokens.weight"} <= names
+    loaded = Eagle1Drafter.from_pretrained(out, target.get_output_embeddings().weight).eval()
+    for name, value in eagle1.state_dict().items():
+        assert torch.equal(value, loaded.state_dict()[name]), name
+    # Same proposals: the same tokens accepted at every step (outputs alone would match anyway).
+    _, before = speculative_generate(target, EagleProposer(eagle1, len(tokenizer)), prompt_ids[:2], 20, 3, GREEDY, set(), len(tokenizer))
+    _, after = speculative_generate(target, EagleProposer(loaded, len(tokenizer)), prompt_ids[:2], 20, 3, GREEDY, set(), len(tokenizer))
+    assert after.accept_counts == before.accept_counts and any(before.accept_counts)

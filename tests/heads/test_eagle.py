@@ -149,3 +149,20 @@ def test_training_time_test_memory_grows_linearly_in_steps(drafter, target):
         drafter.eval()
     first, second = saved[4] - saved[1], saved[7] - saved[4]
     assert first > 0 and 0.9 <= second / first <= 1.2  # a constant cost per step, not one growing with n
+
+
+def test_eagle1_training_pass_equals_step_by_step_decoding(target, prompt_ids):
+    from distill.features import final_hidden_states
+    from heads.eagle1 import Eagle1Drafter
+
+    torch.manual_seed(0)
+    drafter = Eagle1Drafter.from_target(EagleConfig(kind="eagle1"), target).eval()
+    ids = torch.tensor([prompt_ids[2][:20]])
+    features, logits = final_hidden_states(target, ids)
+    with torch.no_grad():
+        predicted = drafter(features, ids, torch.ones_like(ids))  # (1, T, H): entry t estimates f_{t+1}
+        cache = drafter.new_cache(1, ids.device)
+        out = drafter.decode(cache, features[:, :12], ids[:, 1:13], torch.arange(12)[None], torch.ones(1, 12, dtype=torch.bool))
+        torch.testing.assert_close(out, predicted[:, :12], rtol=1e-4, atol=1e-4)
+        # Scored by the target's own lm_head: the target's features give the target's logits.
+        torch.testing.assert_close(drafter.logits(features), logits, rtol=1e-4, atol=1e-4)

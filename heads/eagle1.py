@@ -1,0 +1,168 @@
+"""EAGLE-1 drafters (Li et al. 2024): predict the target's next final feature, score it with the target's lm_head.
+
+At position t the drafter reads f_t, the target's final normed hidden state (its lm_head
+input), and the embedding of token t+1: x = fc([emb; f_t]) (2H → H, no bias), then one decoder
+layer without its input norm (as EAGLE and vLLM build it); the prenorm sum f̂_t estimates
+f_{t+1}, and the target's own lm_head turns it into logits for token t+2. Drafted entries feed
+f̂ back as the feature. Checkpoint: a one-layer llama config.json plus `fc.weight`,
+`layers.0.*` and `embed_tokens.weight` — what vLLM's `eagle` method loads (it shares the
+target's lm_head, so none is saved).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from heads.eagle import EagleArch, EagleAttention, EagleCache, EagleMLP
+from heads.errors import HeadsError
+
+CONFIG, WEIGHTS = "config.json", "model.safetensors"
+
+
+class Eagle1Layer(nn.Module):
+    def __init__(self, arch: EagleArch):
+        super().__init__()
+        self.self_attn = EagleAttention(arch, arch.hidden_size)
+        self.post_attention_layernorm = nn.RMSNorm(arch.hidden_size, eps=arch.rms_norm_eps)
+        self.mlp = EagleMLP(arch)
+
+    def finish(self, attn_out: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        residual = attn_out + residual
+        return self.mlp(self.post_attention_layernorm(residual)) + residual
+
+
+class Eagle1Drafter(nn.Module):
+    kind = "eagle1"
+    target_layer_ids = (-1,)  # the final normed hidden state (the lm_head input)
+
+    def __init__(self, arch: EagleArch, lm_head_weight: torch.Tensor):
+        super().__init__()
+        self.arch = arch
+        self.embed_tokens = nn.Embedding(arch.vocab_size, arch.hidden_size)
+        self.fc = nn.Linear(2 * arch.hidden_size, arch.hidden_size, bias=False)
+        self.layers = nn.ModuleList([Eagle1Layer(arch)])
+        self.register_buffer("lm_head_weight", lm_head_weight.detach().float().clone(), persistent=False)  # the target's, frozen
+        self.register_buffer("d2t", torch.zeros(arch.vocab_size, dtype=torch.long), persistent=False)  # full vocabulary: identity map
+
+    @classmethod
+    def from_target(cls, cfg, target) -> "Eagle1Drafter":
+        tc = target.config
+        embed, lm_head = target.get_input_embeddings().weight, target.get_output_embeddings().weight
+        heads = cfg.num_attention_heads or tc.num_attention_heads
+        arch = EagleArch(
+            hidden_size=embed.shape[1],
+            num_attention_heads=heads,
+            num_key_value_heads=cfg.num_key_value_heads or getattr(tc, "num_key_value_heads", None) or heads,
+            intermediate_size=cfg.intermediate_size or tc.intermediate_size,
+            vocab_size=lm_head.shape[0],
+            draft_vocab_size=lm_head.shape[0],
+            target_hidden_size=tc.hidden_size,
+            layer_ids=[],
+            rms_norm_eps=getattr(tc, "rms_norm_eps", 1e-6),
+            rope_theta=float((getattr(tc, "rope_parameters", None) or {}).get("rope_theta") or getattr(tc, "rope_theta", 10000.0) or 10000.0),
+            max_position_embeddings=getattr(tc, "max_position_embeddings", 2048),
+        )
+        drafter = cls(arch, lm_head)
+        with torch.no_grad():
+            drafter.embed_tokens.weight.copy_(embed.float())
+        drafter.embed_tokens.weight.requires_grad_(False)
+        return drafter
+
+    def draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        return features.to(self.fc.weight.dtype)  # fc needs the token too; it is applied in the layer
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(…, H) predicted features → (…, V) logits through the target's lm_head."""
+        return hidden @ self.lm_head_weight.to(hidden.dtype).T
+
+    def forward(self, features: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced pass: (B, T, H) target features → (B, T, H) predicted next features."""
+        B, T, _ = features.shape
+        tokens = nn.functional.pad(input_ids[:, 1:], (0, 1))  # token t+1
+        x = self.fc(torch.cat([self.embed_tokens(tokens), features.to(self.fc.weight.dtype)], -1))
+        layer = self.layers[0]
+        q, k, v = layer.self_attn.project(x, torch.arange(T, device=x.device).expand(B, T))
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        mask = (causal[None] & attention_mask.bool()[:, None, :])[:, None]
+        return layer.finish(layer.self_attn.attend(q, k, v, mask), x)
+
+    def new_cache(self, batch_size: int, device) -> EagleCache:
+        return EagleCache(batch_size, self.arch.num_key_value_heads, self.arch.head_dim, device, self.fc.weight.dtype)
+
+    def decode(self, cache: EagleCache, hidden, tokens, positions, entry_valid, block_mask: Optional[torch.Tensor] = None, cache_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Same contract as Eagle3Drafter.decode; `hidden` are target features or earlier predictions."""
+        layer = self.layers[0]
+        B, m, _ = hidden.shape
+        x = self.fc(torch.cat([self.embed_tokens(tokens), hidden.to(self.fc.weight.dtype)], -1))
+        q, k, v = layer.self_attn.project(x, positions)
+        if block_mask is None:
+            block_mask = torch.ones(m, m, dtype=torch.bool, device=x.device).tril().expand(B, m, m)
+        block_mask = (block_mask & entry_valid[:, None, :]) | torch.eye(m, dtype=torch.bool, device=x.device)
+        if cache_mask is None:
+            cache_mask = cache.valid[:, None, :].expand(B, m, cache.width)
+        mask = torch.cat([cache_mask, block_mask], dim=-1)[:, None]
+        cache.k, cache.v = torch.cat([cache.k, k], 2), torch.cat([cache.v, v], 2)
+        cache.valid = torch.cat([cache.valid, entry_valid], 1)
+        return layer.finish(layer.self_attn.attend(q, cache.k, cache.v, mask), x)
+
+    def config_dict(self) -> dict:
+        a = self.arch
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "drafthub_kind": "eagle1",  # vLLM ignores it; drafthub's loader reads it
+            "hidden_size": a.hidden_size,
+            "intermediate_size": a.intermediate_size,
+            "num_attention_heads": a.num_attention_heads,
+            "num_key_value_heads": a.num_key_value_heads,
+            "head_dim": a.head_dim,
+            "num_hidden_layers": 1,
+            "hidden_act": "silu",
+            "rms_norm_eps": a.rms_norm_eps,
+            "rope_theta": a.rope_theta,
+            "max_position_embeddings": a.max_position_embeddings,
+            "vocab_size": a.vocab_size,
+            "bias": False,
+            "tie_word_embeddings": False,
+        }
+
+    def save_pretrained(self, path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / CONFIG).write_text(json.dumps(self.config_dict(), indent=2))
+        save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()}, str(path / WEIGHTS), metadata={"format": "pt"})
+
+    @classmethod
+    def from_pretrained(cls, path, lm_head_weight: torch.Tensor) -> "Eagle1Drafter":
+        """Load an EAGLE-1 directory; the lm_head is the target's (vLLM shares it the same way)."""
+        path = Path(path)
+        config = json.loads((path / CONFIG).read_text())
+        try:
+            arch = EagleArch(
+                hidden_size=config["hidden_size"], num_attention_heads=config["num_attention_heads"], num_key_value_heads=config["num_key_value_heads"],
+                intermediate_size=config["intermediate_size"], vocab_size=config["vocab_size"], draft_vocab_size=config["vocab_size"],
+                target_hidden_size=config["hidden_size"], rms_norm_eps=config["rms_norm_eps"], rope_theta=config["rope_theta"],
+                max_position_embeddings=config["max_position_embeddings"],
+            )
+        except KeyError as e:
+            raise HeadsError(f"{path}/{CONFIG} lacks {e}; not an EAGLE-1 checkpoint") from None
+        if tuple(lm_head_weight.shape) != (arch.vocab_size, arch.hidden_size):
+            raise HeadsError(f"{path} is an EAGLE-1 drafter for hidden size {arch.hidden_size} and {arch.vocab_size} tokens; the target's lm_head is {tuple(lm_head_weight.shape)}")
+        drafter = cls(arch, lm_head_weight)
+        missing, unexpected = drafter.load_state_dict(load_file(str(path / WEIGHTS)), strict=False)
+        if missing or unexpected:
+            raise HeadsError(f"{path}/{WEIGHTS} does not match its config: missing {sorted(missing)[:4]}, unexpected {sorted(unexpected)[:4]}")
+        return drafter
+
+    def arch_dict(self) -> dict:
+        return asdict(self.arch)
