@@ -57,7 +57,8 @@ class EagleProposer:
         width = max(map(len, self.buffer))
         if width == 0:
             return
-        feats = torch.zeros(B, width, self.buffer[0][0].shape[-1] if any(self.buffer) else 0, device=device)
+        dim = next(row for row in self.buffer if row)[0].shape[-1]
+        feats = torch.zeros(B, width, dim, device=device)
         for b, row in enumerate(self.buffer):
             if row:
                 feats[b, : len(row)] = torch.stack(row)

@@ -51,6 +51,46 @@ class EagleArch:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
+    @classmethod
+    def for_target(cls, cfg, target, draft_vocab_size: int, layer_ids: list[int]) -> "EagleArch":
+        """The drafter shape for `target` (any HF causal LM): its width and vocabulary, cfg's overrides."""
+        tc = target.config
+        embed, lm_head = target.get_input_embeddings().weight, target.get_output_embeddings().weight
+        heads = cfg.num_attention_heads or tc.num_attention_heads
+        rope = getattr(tc, "rope_parameters", None) or {}
+        return cls(
+            hidden_size=embed.shape[1],
+            num_attention_heads=heads,
+            num_key_value_heads=cfg.num_key_value_heads or getattr(tc, "num_key_value_heads", None) or heads,
+            intermediate_size=cfg.intermediate_size or tc.intermediate_size,
+            vocab_size=lm_head.shape[0],
+            draft_vocab_size=draft_vocab_size,
+            target_hidden_size=tc.hidden_size,
+            layer_ids=layer_ids,
+            rms_norm_eps=getattr(tc, "rms_norm_eps", 1e-6),
+            rope_theta=float(rope.get("rope_theta") or getattr(tc, "rope_theta", 10000.0) or 10000.0),
+            max_position_embeddings=getattr(tc, "max_position_embeddings", 2048),
+            norm_before_residual=getattr(cfg, "norm_before_residual", False),
+        )
+
+    def llama_config(self) -> dict:
+        """The one-layer llama config consumers build the drafter's decoder layer from."""
+        return {
+            "model_type": "llama",
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "num_hidden_layers": 1,
+            "hidden_act": "silu",
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "max_position_embeddings": self.max_position_embeddings,
+            "vocab_size": self.vocab_size,
+            "tie_word_embeddings": False,
+        }
+
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
@@ -180,21 +220,7 @@ class Eagle3Drafter(nn.Module):
         if len(layer_ids) != 3 or len(set(layer_ids)) != 3 or not all(0 <= i <= n for i in layer_ids):
             raise HeadsError(f"EAGLE-3 fuses 3 distinct target layers in 0..{n}; got layer_ids={layer_ids} (set drafter.layer_ids explicitly for a target this shallow)")
         embed, lm_head = target.get_input_embeddings().weight, target.get_output_embeddings().weight
-        heads = cfg.num_attention_heads or tc.num_attention_heads
-        arch = EagleArch(
-            hidden_size=embed.shape[1],
-            num_attention_heads=heads,
-            num_key_value_heads=cfg.num_key_value_heads or getattr(tc, "num_key_value_heads", None) or heads,
-            intermediate_size=cfg.intermediate_size or tc.intermediate_size,
-            vocab_size=lm_head.shape[0],
-            draft_vocab_size=draft_vocab.size,
-            target_hidden_size=tc.hidden_size,
-            layer_ids=layer_ids,
-            rms_norm_eps=getattr(tc, "rms_norm_eps", 1e-6),
-            rope_theta=float((getattr(tc, "rope_parameters", None) or {}).get("rope_theta") or getattr(tc, "rope_theta", 10000.0) or 10000.0),
-            max_position_embeddings=getattr(tc, "max_position_embeddings", 2048),
-            norm_before_residual=cfg.norm_before_residual,
-        )
+        arch = EagleArch.for_target(cfg, target, draft_vocab.size, layer_ids)
         drafter = cls(arch)
         with torch.no_grad():
             drafter.embed_tokens.weight.copy_(embed.float())

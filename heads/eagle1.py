@@ -53,22 +53,8 @@ class Eagle1Drafter(nn.Module):
 
     @classmethod
     def from_target(cls, cfg, target) -> "Eagle1Drafter":
-        tc = target.config
         embed, lm_head = target.get_input_embeddings().weight, target.get_output_embeddings().weight
-        heads = cfg.num_attention_heads or tc.num_attention_heads
-        arch = EagleArch(
-            hidden_size=embed.shape[1],
-            num_attention_heads=heads,
-            num_key_value_heads=cfg.num_key_value_heads or getattr(tc, "num_key_value_heads", None) or heads,
-            intermediate_size=cfg.intermediate_size or tc.intermediate_size,
-            vocab_size=lm_head.shape[0],
-            draft_vocab_size=lm_head.shape[0],
-            target_hidden_size=tc.hidden_size,
-            layer_ids=[],
-            rms_norm_eps=getattr(tc, "rms_norm_eps", 1e-6),
-            rope_theta=float((getattr(tc, "rope_parameters", None) or {}).get("rope_theta") or getattr(tc, "rope_theta", 10000.0) or 10000.0),
-            max_position_embeddings=getattr(tc, "max_position_embeddings", 2048),
-        )
+        arch = EagleArch.for_target(cfg, target, lm_head.shape[0], [])
         drafter = cls(arch, lm_head)
         with torch.no_grad():
             drafter.embed_tokens.weight.copy_(embed.float())
@@ -116,24 +102,11 @@ class Eagle1Drafter(nn.Module):
         return layer.finish(layer.self_attn.attend(q, cache.k, cache.v, mask), x)
 
     def config_dict(self) -> dict:
-        a = self.arch
         return {
+            **self.arch.llama_config(),
             "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
             "drafthub_kind": "eagle1",  # vLLM ignores it; drafthub's loader reads it
-            "hidden_size": a.hidden_size,
-            "intermediate_size": a.intermediate_size,
-            "num_attention_heads": a.num_attention_heads,
-            "num_key_value_heads": a.num_key_value_heads,
-            "head_dim": a.head_dim,
-            "num_hidden_layers": 1,
-            "hidden_act": "silu",
-            "rms_norm_eps": a.rms_norm_eps,
-            "rope_theta": a.rope_theta,
-            "max_position_embeddings": a.max_position_embeddings,
-            "vocab_size": a.vocab_size,
             "bias": False,
-            "tie_word_embeddings": False,
         }
 
     def save_pretrained(self, path) -> None:

@@ -21,22 +21,10 @@ def sglang_config(drafter: Eagle3Drafter) -> dict:
     """SGLang counts aux layer ids from the first decoder layer's output (k − 1 in HF hidden_states ids)."""
     a = drafter.arch
     return {
+        **a.llama_config(),
         "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
-        "hidden_size": a.hidden_size,
-        "intermediate_size": a.intermediate_size,
-        "num_attention_heads": a.num_attention_heads,
-        "num_key_value_heads": a.num_key_value_heads,
-        "head_dim": a.head_dim,
-        "num_hidden_layers": 1,
-        "hidden_act": "silu",
-        "rms_norm_eps": a.rms_norm_eps,
-        "rope_theta": a.rope_theta,
-        "max_position_embeddings": a.max_position_embeddings,
-        "vocab_size": a.vocab_size,
         "draft_vocab_size": a.draft_vocab_size,
         "target_hidden_size": a.target_hidden_size,
-        "tie_word_embeddings": False,
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in a.layer_ids], "use_aux_hidden_state": True},
     }
 

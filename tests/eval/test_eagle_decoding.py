@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from eval.eagle_proposer import EagleProposer
-from eval.sampling import SamplingParams, probs_from_logits
+from eval.sampling import SamplingParams
 from eval.speculative import autoregressive_generate, speculative_generate
+from tests.eval.fitting import assert_first_tokens_follow_the_target
 
 GREEDY = SamplingParams()
 
@@ -37,18 +38,7 @@ def test_greedy_eagle_equals_target_greedy(target, drafter, tokenizer, prompt_id
 
 
 def test_sampled_eagle_chain_draws_from_the_target_distribution(target, drafter, tokenizer, prompt_ids):
-    params = SamplingParams(temperature=1.0, top_k=40)
-    ids = prompt_ids[1]
-    p = probs_from_logits(target(input_ids=torch.tensor([ids])).logits[0, -1, : len(tokenizer)], params)
-    proposer = EagleProposer(drafter, len(tokenizer))
-    gen = torch.Generator().manual_seed(0)
-    draws, counts = 1500, torch.zeros_like(p)
-    for _ in range(draws):
-        (out,), _ = speculative_generate(target, proposer, [ids], 1, 2, params, set(), len(tokenizer), gen)
-        counts[out[0]] += 1
-    top = p.topk(5).indices
-    assert torch.all((counts[top] / draws - p[top]).abs() <= 5 * torch.sqrt(p[top] * (1 - p[top]) / draws))
-    assert counts[p == 0].sum() == 0
+    assert_first_tokens_follow_the_target(target, EagleProposer(drafter, len(tokenizer)), prompt_ids[1], len(tokenizer))
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,12 @@ import torch
 
 from distill.features import final_hidden_states
 from eval.medusa_proposer import MedusaProposer
-from eval.sampling import SamplingParams, probs_from_logits
+from eval.sampling import SamplingParams
 from eval.speculative import Acceptance, autoregressive_generate, speculative_generate
 from heads.config import MedusaConfig
 from heads.medusa import MedusaHeads
 from heads.medusa_tree import build_tree, full_tree
+from tests.eval.fitting import assert_first_tokens_follow_the_target
 
 GREEDY = SamplingParams()
 TREE = build_tree([[0.5, 0.2, 0.1], [0.3, 0.15, 0.1], [0.2, 0.1, 0.05]], 14)
@@ -56,19 +57,8 @@ def test_chains_longer_than_the_heads_are_refused(target, heads, tokenizer, prom
 
 @pytest.mark.parametrize("tree", [None, full_tree([3, 1])], ids=["chain", "tree"])
 def test_sampled_medusa_draws_from_the_target_distribution(target, heads, tokenizer, prompt_ids, tree):
-    """First two sampled tokens come from the target's warped p (exact rejection sampling)."""
-    params = SamplingParams(temperature=1.0, top_k=40)
-    ids = prompt_ids[1]
-    p = probs_from_logits(target(input_ids=torch.tensor([ids])).logits[0, -1, : len(tokenizer)], params)
-    proposer = MedusaProposer(heads, len(tokenizer), tree)
-    gen = torch.Generator().manual_seed(0)
-    draws, counts = 1500, torch.zeros_like(p)
-    for _ in range(draws):
-        (out,), _ = speculative_generate(target, proposer, [ids], 1, 2, params, set(), len(tokenizer), gen)
-        counts[out[0]] += 1
-    top = p.topk(5).indices
-    assert torch.all((counts[top] / draws - p[top]).abs() <= 5 * torch.sqrt(p[top] * (1 - p[top]) / draws))
-    assert counts[p == 0].sum() == 0
+    """The first sampled token follows the target's warped p (exact rejection sampling)."""
+    assert_first_tokens_follow_the_target(target, MedusaProposer(heads, len(tokenizer), tree), prompt_ids[1], len(tokenizer))
 
 
 def test_typical_acceptance_uses_the_top_k_candidates(target, heads, tokenizer, prompt_ids):
