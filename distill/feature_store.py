@@ -35,7 +35,7 @@ def store_dir(data_dir: str | Path, layer_ids: list[int], target_name: str) -> P
 
 
 def bytes_needed(num_tokens: int, num_layers: int, hidden_size: int) -> int:
-    """bf16 features at num_layers ids plus the lm_head input, for every token."""
+    """bf16 features at num_layers ids (0 for EAGLE-1) plus the lm_head input, for every token."""
     return num_tokens * (num_layers + 1) * hidden_size * 2
 
 
@@ -66,11 +66,12 @@ def write_features(target, dataset, out: Path, layer_ids: list[int], batch_size:
             mask = torch.zeros_like(batch)
             for j, x in enumerate(ids):
                 batch[j, : len(x)], mask[j, : len(x)] = torch.tensor(x), 1
-            feats, _ = layer_features(target, batch.to(device), mask.to(device), layer_ids)
+            feats = layer_features(target, batch.to(device), mask.to(device), layer_ids)[0] if layer_ids else None
             last, _ = final_hidden_states(target, batch.to(device), mask.to(device))
             for j, r in enumerate(chunk):
                 n = len(ids[j])
-                tensors[f"features_{r}"] = feats[j, :n].to(DTYPE).cpu().contiguous()
+                if feats is not None:  # EAGLE-1 needs only the lm_head input
+                    tensors[f"features_{r}"] = feats[j, :n].to(DTYPE).cpu().contiguous()
                 tensors[f"last_hidden_{r}"] = last[j, :n].to(DTYPE).cpu().contiguous()
         tmp = out / f".tmp-{i:05d}.safetensors"
         save_file(tensors, str(tmp))
@@ -94,12 +95,14 @@ class FeatureStore:
             raise DistillError(f"no complete offline features in {self.root}; run training with drafter.features=offline to write them")
         self.manifest = json.loads(manifest.read_text())
 
-    def batch(self, rows: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """features (B, width, F) and last_hidden (B, width, H) in float32, zero past each row's end."""
+    def batch(self, rows: list[int], width: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """features (B, width, F) — None when no layer ids were stored — and last_hidden (B, width, H),
+        float32, zero past each row's end."""
         feats, lasts = [], []
         for r in rows:
             with safe_open(str(_shard_path(self.root, r // self.manifest["shard_size"])), "pt") as f:
-                feats.append(f.get_tensor(f"features_{r}")[:width].float())
+                if self.manifest["layer_ids"]:
+                    feats.append(f.get_tensor(f"features_{r}")[:width].float())
                 lasts.append(f.get_tensor(f"last_hidden_{r}")[:width].float())
         pad = lambda xs: torch.stack([torch.nn.functional.pad(x, (0, 0, 0, width - x.shape[0])) for x in xs])  # noqa: E731
-        return pad(feats), pad(lasts)
+        return (pad(feats) if feats else None), pad(lasts)

@@ -52,7 +52,7 @@ class EagleConfig:
     ttt_steps: int = 7  # training-time test: unrolled steps, each reading the drafter's own previous output
     step_decay: float = 0.8  # weight of step j's loss: decay^j
     norm_before_residual: bool = False  # True: the residual stream carries hidden_norm(g) instead of g
-    features: str = "online"  # online: the target runs in each step; offline: bf16 shards written once next to the data (EAGLE-3)
+    features: str = "online"  # online: the target runs in each step; offline: bf16 shards written once next to the data
     select_samples: int = 32  # EAGLE-3: distilled samples held out to score every checkpoint by simulated τ (best kept); 0 = last checkpoint
     feature_noise: float = 0.1  # EAGLE-1: uniform ±noise added to the input features in training
     cls_weight: float = 0.1  # EAGLE-1: weight of the soft cross-entropy next to the feature regression

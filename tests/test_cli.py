@@ -155,3 +155,12 @@ def test_toy_eagle_recipe_end_to_end(tmp_path, micro_world):
     assert json.loads(r.stdout.strip().splitlines()[-1])["lossless"] is True
     r = run("eval", f"drafter_dir={drafter}", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev2", "eval.tree=drafter")
     assert r.returncode == 2 and "is not an EAGLE tree" in r.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_eagle1_trains_from_offline_features(tmp_path, micro_world):
+    r = run("train", "recipe=toy_eagle", "drafter=eagle1", "drafter.features=offline", *SMALL, "stages=[distill,train]", f"run_dir={tmp_path}/run")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "checkpoints" / "final" / "config.json").read_text())["drafthub_kind"] == "eagle1"
+    manifest = json.loads(next((tmp_path / "run" / "data" / "features").glob("*/manifest.json")).read_text())
+    assert manifest["layer_ids"] == [] and manifest["bytes_per_token"] == 2 * 64  # the micro target's lm_head input, bf16

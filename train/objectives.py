@@ -158,13 +158,24 @@ class Eagle1Distillation:
     counts when token t+2 is assistant-written.
     """
 
-    def __init__(self, target: torch.nn.Module, vocab_size: int, noise: float = 0.1, cls_weight: float = 0.1):
-        self.target, self.vocab_size, self.noise, self.cls_weight = target, vocab_size, noise, cls_weight
+    def __init__(self, target: torch.nn.Module, vocab_size: int, noise: float = 0.1, cls_weight: float = 0.1, store=None):
+        """store: a FeatureStore of offline lm_head inputs (then only the target's lm_head runs)."""
+        self.target, self.vocab_size, self.noise, self.cls_weight, self.store = target, vocab_size, noise, cls_weight, store
         self.progress_keys = ["loss", "regression", "top1_agreement"]
+
+    def _target_signals(self, batch):
+        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        if self.store is None:
+            return final_hidden_states(self.target, input_ids, attention_mask)
+        _, last_hidden = self.store.batch(batch["rows"].tolist(), input_ids.shape[1])  # host sync: disk lookup by row
+        lm_head = self.target.get_output_embeddings()
+        features = last_hidden.to(input_ids.device, lm_head.weight.dtype)
+        with torch.no_grad():
+            return features, lm_head(features)
 
     def __call__(self, model, batch):
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
-        features, target_logits = final_hidden_states(self.target, input_ids, attention_mask)  # (B, T, H), (B, T, V)
+        features, target_logits = self._target_signals(batch)  # (B, T, H), (B, T, V)
         noisy = features + (torch.rand_like(features) * 2 - 1) * self.noise if self.noise else features
         predicted = model(noisy, input_ids, attention_mask)  # (B, T, H): entry t estimates f_{t+1}
         m = (batch["loss_mask"] * attention_mask).bool()[:, 2:]  # (B, T−2)

@@ -177,8 +177,6 @@ def _check_eagle(cfg: RunConfig) -> None:
     d = cfg.drafter
     if d.features not in ("online", "offline"):
         raise PipelineError(f"drafter.features={d.features!r}; use online (the target runs in each step) or offline (features written to disk once)")
-    if d.kind == "eagle1" and d.features != "online":
-        raise PipelineError("drafter.features=offline is implemented for EAGLE-3; EAGLE-1 trains with online features")
     if d.ttt_steps < 1 or d.draft_vocab_size < 2:
         raise PipelineError(f"drafter.ttt_steps={d.ttt_steps} must be ≥ 1 and drafter.draft_vocab_size={d.draft_vocab_size} ≥ 2")
     if cfg.eval.tree not in (None, "dynamic"):
@@ -227,7 +225,12 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
             dataset = dataset.select(range(len(dataset) - held))
     elif kind == "eagle1":
         drafter = Eagle1Drafter.from_target(cfg.drafter, target)
-        objective = Eagle1Distillation(target, len(tokenizer), cfg.drafter.feature_noise, cfg.drafter.cls_weight)
+        store = None
+        if cfg.drafter.features == "offline":  # only the lm_head inputs are stored
+            root = store_dir(paths.data, [], cfg.target.name_or_path)
+            write_features(target, dataset, root, [], batch_size=trainer.batch_size)
+            store = FeatureStore(root)
+        objective = Eagle1Distillation(target, len(tokenizer), cfg.drafter.feature_noise, cfg.drafter.cls_weight, store)
     else:
         raise PipelineError(f"drafter.kind={kind!r} is not trainable; use drafter=draft_lm, medusa, eagle3 or eagle1")
     accelerator = build_accelerator(trainer, paths.root)

@@ -52,3 +52,17 @@ def test_feature_shards_resume_and_a_full_disk_is_refused(tmp_path, dataset, tar
     with pytest.raises(DistillError, match="offline features need .* GiB more but .* free"):
         write_features(target, dataset, full, IDS, shard_size=5, free_bytes=1000)
     assert not full.exists()  # refused before anything was created
+
+
+def test_eagle1_offline_features_give_the_online_first_step_loss(tmp_path, dataset, target, tokenizer):
+    from heads.eagle1 import Eagle1Drafter
+    from train.objectives import Eagle1Distillation
+
+    torch.manual_seed(0)
+    drafter = Eagle1Drafter.from_target(EagleConfig(kind="eagle1"), target)
+    batch = BatchOrder(dataset, 4, 512, tokenizer.pad_token_id, seed=0).batch(0)
+    online, _ = Eagle1Distillation(target, len(tokenizer), noise=0.0)(drafter, batch)
+    manifest = write_features(target, dataset, tmp_path / "f", [], shard_size=5)
+    assert manifest["bytes_per_token"] == target.config.hidden_size * 2  # only the lm_head input
+    offline, _ = Eagle1Distillation(target, len(tokenizer), noise=0.0, store=FeatureStore(tmp_path / "f"))(drafter, batch)
+    torch.testing.assert_close(offline, online, rtol=2e-2, atol=2e-2)
