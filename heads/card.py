@@ -45,6 +45,7 @@ def _usage(kind: str, target: str, ev: dict, provenance: dict) -> str:
     """How to serve this drafter with each consumer that supports its format."""
     gamma = ev.get("recommended_num_speculative_tokens") or ev.get("settings", {}).get("num_speculative_tokens", 4)
     if kind == "eagle3":
+        gamma = provenance.get("drafter_config", {}).get("num_speculative_tokens") or gamma  # what config.json proposes
         return f"""## Use it
 
 vLLM serves this directory as is (speculators format; the method is read from `config.json`):
@@ -99,7 +100,13 @@ vLLM: `speculative_config={{"method": "draft_model", "model": "THIS_DIRECTORY", 
 
 
 def _heads_section(provenance: dict) -> str:
-    """Medusa: per-head accuracy on held-out samples and the tree built from it."""
+    """Medusa: per-head accuracy on held-out samples and the tree built from it; EAGLE-3: layers and draft vocabulary."""
+    vocab, drafter = provenance.get("draft_vocab"), provenance.get("drafter_config") or {}
+    if vocab:
+        return f"""
+
+Target layers fused: {drafter.get('layer_ids')} (HF `output_hidden_states` indices). Draft vocabulary:
+{vocab['draft_vocab_size']} tokens, covering {vocab['coverage']:.1%} of the distilled answers' tokens."""
     cal = provenance.get("medusa")
     if not cal or "head_accuracy" not in cal:
         return ""

@@ -84,7 +84,10 @@ def test_draft_vocab_maps_every_draft_id_to_its_target_id():
 
 def test_speculators_export_has_the_documented_fields_and_round_trips(tmp_path, drafter, target):
     verifier = {"name_or_path": "toyworld:micro", "architectures": ["LlamaForCausalLM"]}
-    out = export_eagle3(drafter, tmp_path / "d", {"kind": "eagle3", "model_name": "e", "target": {"name_or_path": "toyworld:micro"}, "recipe": {"recipe_name": "t"}, "eval": {}}, verifier, 3)
+    provenance = {"kind": "eagle3", "model_name": "e", "target": {"name_or_path": "toyworld:micro"}, "recipe": {"recipe_name": "t"}, "eval": {}, "draft_vocab": {"draft_vocab_size": 300, "coverage": 0.97}}
+    out = export_eagle3(drafter, tmp_path / "d", provenance, verifier, 3)
+    card = (out / "README.md").read_text()
+    assert "Target layers fused: [0, 1, 2]" in card and "300 tokens, covering 97.0%" in card and '"num_speculative_tokens": 3' in card
     config = json.loads((out / "config.json").read_text())
     H, V = target.config.hidden_size, target.config.vocab_size
     assert "model_type" not in config and config["speculators_model_type"] == "eagle3"
