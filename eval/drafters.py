@@ -26,7 +26,8 @@ from heads.medusa_tree import full_tree
 
 
 def drafter_kind(path: str | Path) -> str:
-    """`eagle3`, `eagle1`, `medusa` or `draft_lm`, from the checkpoint's config.json."""
+    """`eagle3`, `eagle1`, `medusa` or `draft_lm`, from the checkpoint's config.json (a file any trainer
+    may have written, so absent keys are read as absent, not defaulted)."""
     config = Path(path) / "config.json"
     if not config.exists():
         raise EvalError(f"{path} is not a saved drafter (no config.json)")

@@ -193,6 +193,23 @@ class EagleCache:
     def truncate(self, width: int) -> None:
         self.k, self.v, self.valid = self.k[:, :, :width], self.v[:, :, :width], self.valid[:, :width]
 
+    def attend_block(self, attn: "EagleAttention", q, k, v, entry_valid: torch.Tensor, block_mask: Optional[torch.Tensor] = None, cache_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Append a block's keys/values (B, kv, m, d) and attend its queries over cache + block.
+
+        block_mask (B, m, m) defaults to causal, cache_mask (B, m, S) to every valid cached entry;
+        padding entries (entry_valid False) are hidden as keys, and an entry always sees itself.
+        """
+        B, m = entry_valid.shape
+        if block_mask is None:
+            block_mask = torch.ones(m, m, dtype=torch.bool, device=q.device).tril().expand(B, m, m)
+        block_mask = (block_mask & entry_valid[:, None, :]) | torch.eye(m, dtype=torch.bool, device=q.device)  # no empty rows
+        if cache_mask is None:
+            cache_mask = self.valid[:, None, :].expand(B, m, self.width)
+        mask = torch.cat([cache_mask, block_mask], dim=-1)[:, None]  # (B, 1, m, S+m)
+        self.k, self.v = torch.cat([self.k, k], 2), torch.cat([self.v, v], 2)
+        self.valid = torch.cat([self.valid, entry_valid], 1)
+        return attn.attend(q, self.k, self.v, mask)
+
 
 class Eagle3Drafter(nn.Module):
     kind = "eagle3"
@@ -302,19 +319,9 @@ class Eagle3Drafter(nn.Module):
             (B, m, H) prenorm outputs.
         """
         layer = self.layers[0]
-        B, m, _ = hidden.shape
         x, residual = layer.attention_input(self.embed_tokens(tokens), hidden)
         q, k, v = layer.self_attn.project(x, positions)
-        if block_mask is None:
-            block_mask = torch.ones(m, m, dtype=torch.bool, device=hidden.device).tril().expand(B, m, m)
-        eye = torch.eye(m, dtype=torch.bool, device=hidden.device)
-        block_mask = (block_mask & entry_valid[:, None, :]) | eye  # an entry always sees itself (no empty rows)
-        if cache_mask is None:
-            cache_mask = cache.valid[:, None, :].expand(B, m, cache.width)
-        mask = torch.cat([cache_mask, block_mask], dim=-1)[:, None]  # (B, 1, m, S+m)
-        cache.k, cache.v = torch.cat([cache.k, k], 2), torch.cat([cache.v, v], 2)
-        cache.valid = torch.cat([cache.valid, entry_valid], 1)
-        return layer.finish(layer.self_attn.attend(q, cache.k, cache.v, mask), residual)
+        return layer.finish(cache.attend_block(layer.self_attn, q, k, v, entry_valid, block_mask, cache_mask), residual)
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         return self.fc(features.to(self.fc.weight.dtype))

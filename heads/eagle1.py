@@ -88,18 +88,9 @@ class Eagle1Drafter(nn.Module):
     def decode(self, cache: EagleCache, hidden, tokens, positions, entry_valid, block_mask: Optional[torch.Tensor] = None, cache_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Same contract as Eagle3Drafter.decode; `hidden` are target features or earlier predictions."""
         layer = self.layers[0]
-        B, m, _ = hidden.shape
         x = self.fc(torch.cat([self.embed_tokens(tokens), hidden.to(self.fc.weight.dtype)], -1))
         q, k, v = layer.self_attn.project(x, positions)
-        if block_mask is None:
-            block_mask = torch.ones(m, m, dtype=torch.bool, device=x.device).tril().expand(B, m, m)
-        block_mask = (block_mask & entry_valid[:, None, :]) | torch.eye(m, dtype=torch.bool, device=x.device)
-        if cache_mask is None:
-            cache_mask = cache.valid[:, None, :].expand(B, m, cache.width)
-        mask = torch.cat([cache_mask, block_mask], dim=-1)[:, None]
-        cache.k, cache.v = torch.cat([cache.k, k], 2), torch.cat([cache.v, v], 2)
-        cache.valid = torch.cat([cache.valid, entry_valid], 1)
-        return layer.finish(layer.self_attn.attend(q, cache.k, cache.v, mask), x)
+        return layer.finish(cache.attend_block(layer.self_attn, q, k, v, entry_valid, block_mask, cache_mask), x)
 
     def config_dict(self) -> dict:
         return {

@@ -136,6 +136,22 @@ def run_pipeline(config) -> dict:
     return results
 
 
+def _hold_out(dataset, count: int, batch_size: int, key: str):
+    """(training part, last `count` samples), refusing a split that leaves less than one batch to train on."""
+    if count > len(dataset) - batch_size:
+        raise PipelineError(f"{key}={count} must leave ≥ trainer.batch_size={batch_size} of the {len(dataset)} distilled samples for training; lower it")
+    return dataset.select(range(len(dataset) - count)), dataset.select(range(len(dataset) - count, len(dataset)))
+
+
+def _offline_features(cfg: RunConfig, target, dataset, paths: RunPaths, layer_ids: list[int]):
+    """drafter.features=offline: write the features once (resumable) and return their store; else None."""
+    if cfg.drafter.features != "offline":
+        return None
+    root = store_dir(paths.data, layer_ids, cfg.target.name_or_path)
+    write_features(target, dataset, root, layer_ids, batch_size=cfg.trainer.batch_size)
+    return FeatureStore(root)
+
+
 def _sim_tau_selector(objective, dataset, start: int, pad_token_id: int, trainer, device):
     """model → mean simulated τ of the objective over dataset rows start… (fixed batches)."""
     rows = list(range(start, len(dataset)))
@@ -200,36 +216,25 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
         drafter = DraftLM.from_config(cfg.drafter, target.config, tokenizer, cfg.target.trust_remote_code)
         objective = DraftLMDistillation(target, trainer.loss, len(tokenizer), trainer.jsd_beta, trainer.kd_temperature)
     elif kind == "medusa":
-        holdout = cfg.drafter.holdout_samples
-        if not 0 < holdout <= len(dataset) - trainer.batch_size:
-            raise PipelineError(f"drafter.holdout_samples={holdout} must be ≥ 1 and leave ≥ trainer.batch_size={trainer.batch_size} of the {len(dataset)} distilled samples for training")
-        dataset, holdout_set = dataset.select(range(len(dataset) - holdout)), dataset.select(range(len(dataset) - holdout, len(dataset)))
+        if cfg.drafter.holdout_samples < 1:
+            raise PipelineError(f"drafter.holdout_samples={cfg.drafter.holdout_samples} must be ≥ 1: the token tree is built from held-out accuracy")
+        dataset, holdout_set = _hold_out(dataset, cfg.drafter.holdout_samples, trainer.batch_size, "drafter.holdout_samples")
         drafter = MedusaHeads.from_target(cfg.drafter, target)
         objective = MedusaDistillation(target, cfg.drafter.num_heads, trainer.loss, len(tokenizer), cfg.drafter.loss_decay, trainer.jsd_beta, trainer.kd_temperature)
     elif kind == "eagle3":
-        held = cfg.drafter.select_samples
-        if held and not held <= len(dataset) - trainer.batch_size:
-            raise PipelineError(f"drafter.select_samples={held} must leave ≥ trainer.batch_size={trainer.batch_size} of the {len(dataset)} distilled samples for training; lower it (0 keeps the last checkpoint)")
         counts = token_counts(dataset["input_ids"], dataset["loss_mask"], target.get_output_embeddings().weight.shape[0])
         vocab, vocab_report = build_draft_vocab(counts, cfg.drafter.draft_vocab_size, always=eos_token_ids(target, tokenizer))
         print(f"draft vocabulary: {vocab.size} tokens cover {vocab_report['coverage']:.1%} of the distilled answers' tokens")
         drafter = Eagle3Drafter.from_target(cfg.drafter, target, vocab)
-        store = None
-        if cfg.drafter.features == "offline":  # written once (resumable), then training reads them instead of running the target
-            root = store_dir(paths.data, drafter.arch.layer_ids, cfg.target.name_or_path)
-            write_features(target, dataset, root, drafter.arch.layer_ids, batch_size=trainer.batch_size)
-            store = FeatureStore(root)
+        store = _offline_features(cfg, target, dataset, paths, drafter.arch.layer_ids)
         objective = Eagle3TrainingTimeTest(target, drafter.arch.layer_ids, vocab.draft_to_target, cfg.drafter.ttt_steps, cfg.drafter.step_decay, store)
-        if held:  # the last `held` samples score each checkpoint; training never sees them
-            select = _sim_tau_selector(objective, dataset, len(dataset) - held, tokenizer.pad_token_id, trainer, device)
-            dataset = dataset.select(range(len(dataset) - held))
+        if cfg.drafter.select_samples:  # the last samples score each checkpoint; training never sees them
+            train_part, _ = _hold_out(dataset, cfg.drafter.select_samples, trainer.batch_size, "drafter.select_samples")
+            select = _sim_tau_selector(objective, dataset, len(train_part), tokenizer.pad_token_id, trainer, device)  # rows keep their dataset index (offline lookups)
+            dataset = train_part
     elif kind == "eagle1":
         drafter = Eagle1Drafter.from_target(cfg.drafter, target)
-        store = None
-        if cfg.drafter.features == "offline":  # only the lm_head inputs are stored
-            root = store_dir(paths.data, [], cfg.target.name_or_path)
-            write_features(target, dataset, root, [], batch_size=trainer.batch_size)
-            store = FeatureStore(root)
+        store = _offline_features(cfg, target, dataset, paths, [])  # only the lm_head inputs
         objective = Eagle1Distillation(target, len(tokenizer), cfg.drafter.feature_noise, cfg.drafter.cls_weight, store)
     else:
         raise PipelineError(f"drafter.kind={kind!r} is not trainable; use drafter=draft_lm, medusa, eagle3 or eagle1")

@@ -5,7 +5,7 @@ import torch
 
 from eval.eagle_proposer import EagleProposer
 from eval.sampling import SamplingParams
-from eval.speculative import autoregressive_generate, speculative_generate
+from eval.speculative import speculative_generate
 from tests.eval.fitting import assert_first_tokens_follow_the_target
 
 GREEDY = SamplingParams()
@@ -18,23 +18,18 @@ def drafter(target):
     return fit_eagle(target)
 
 
-@pytest.fixture(scope="module")
-def reference(target, tokenizer, prompt_ids):
-    return autoregressive_generate(target, prompt_ids, 40, GREEDY, {tokenizer.eos_token_id}, len(tokenizer))
-
-
 @pytest.mark.parametrize("tree", [None, {"depth": 4, "top_k": 3, "total_tokens": 8}, {"depth": 3, "top_k": 2, "total_tokens": 20}], ids=["chain", "dynamic_tree", "whole_tree"])
-def test_greedy_eagle_equals_target_greedy(target, drafter, tokenizer, prompt_ids, reference, tree):
+def test_greedy_eagle_equals_target_greedy(target, drafter, tokenizer, prompt_ids, greedy_reference, tree):
     proposer = EagleProposer(drafter, len(tokenizer), tree)
     accepted = []
     for gamma in (1, 4) if tree is None else (0,):
         out, stats = speculative_generate(target, proposer, prompt_ids, 40, gamma, GREEDY, {tokenizer.eos_token_id}, len(tokenizer))
-        assert out == reference
+        assert out == greedy_reference
         accepted += stats.accept_counts
     depth = 4 if tree is None else tree["depth"]
     assert any(c > 0 for c in accepted) and any(c < depth for c in accepted)  # both paths ran
     batched, _ = speculative_generate(target, proposer, prompt_ids[:3], 40, 3, GREEDY, {tokenizer.eos_token_id}, len(tokenizer))
-    assert batched == reference[:3]
+    assert batched == greedy_reference[:3]
 
 
 def test_sampled_eagle_chain_draws_from_the_target_distribution(target, drafter, tokenizer, prompt_ids):
@@ -49,10 +44,10 @@ def eagle1(target):
 
 
 @pytest.mark.parametrize("tree", [None, {"depth": 4, "top_k": 3, "total_tokens": 8}], ids=["chain", "dynamic_tree"])
-def test_greedy_eagle1_equals_target_greedy(target, eagle1, tokenizer, prompt_ids, reference, tree):
+def test_greedy_eagle1_equals_target_greedy(target, eagle1, tokenizer, prompt_ids, greedy_reference, tree):
     proposer = EagleProposer(eagle1, len(tokenizer), tree)
     out, stats = speculative_generate(target, proposer, prompt_ids, 40, 3, GREEDY, {tokenizer.eos_token_id}, len(tokenizer))
-    assert out == reference
+    assert out == greedy_reference
     depth = 3 if tree is None else tree["depth"]
     assert any(c > 0 for c in stats.accept_counts) and any(c < depth for c in stats.accept_counts)
 

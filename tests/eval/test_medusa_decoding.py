@@ -6,7 +6,7 @@ import torch
 from distill.features import final_hidden_states
 from eval.medusa_proposer import MedusaProposer
 from eval.sampling import SamplingParams
-from eval.speculative import Acceptance, autoregressive_generate, speculative_generate
+from eval.speculative import Acceptance, speculative_generate
 from heads.config import MedusaConfig
 from heads.medusa import MedusaHeads
 from heads.medusa_tree import build_tree, full_tree
@@ -24,11 +24,6 @@ def heads(target):
     return fit_heads(target, MedusaConfig(num_heads=3))
 
 
-@pytest.fixture(scope="module")
-def reference(target, tokenizer, prompt_ids):
-    return autoregressive_generate(target, prompt_ids, 40, GREEDY, {tokenizer.eos_token_id}, len(tokenizer))
-
-
 def test_engine_features_are_what_the_lm_head_reads(target, prompt_ids):
     """The engine hands Medusa hidden_states[-1]; training reads the lm_head's input: one tensor."""
     ids = torch.tensor([prompt_ids[0]])
@@ -37,17 +32,17 @@ def test_engine_features_are_what_the_lm_head_reads(target, prompt_ids):
 
 
 @pytest.mark.parametrize("tree", [None, TREE, full_tree([2, 2, 1])], ids=["chain", "calibrated_tree", "full_tree"])
-def test_greedy_medusa_equals_target_greedy(target, heads, tokenizer, prompt_ids, reference, tree):
+def test_greedy_medusa_equals_target_greedy(target, heads, tokenizer, prompt_ids, greedy_reference, tree):
     proposer = MedusaProposer(heads, len(tokenizer), tree)
     accepted = []
     for gamma in (1, 3) if tree is None else (0,):
         out, stats = speculative_generate(target, proposer, prompt_ids, 40, gamma, GREEDY, {tokenizer.eos_token_id}, len(tokenizer))
-        assert out == reference
+        assert out == greedy_reference
         accepted += stats.accept_counts
     depth = 3 if tree is None else max(map(len, tree))
     assert any(c > 0 for c in accepted) and any(c < depth for c in accepted)
     batched, _ = speculative_generate(target, proposer, prompt_ids[:3], 40, 2, GREEDY, {tokenizer.eos_token_id}, len(tokenizer))
-    assert batched == reference[:3]
+    assert batched == greedy_reference[:3]
 
 
 def test_chains_longer_than_the_heads_are_refused(target, heads, tokenizer, prompt_ids):
