@@ -69,8 +69,6 @@ def load_proposer(path: str | Path, target, vocab_size: int, cfg: EvalConfig, de
         if cfg.tree not in (None, "dynamic"):
             raise EvalError(f"eval.tree={cfg.tree} is not an EAGLE tree; use null (chains) or dynamic (EAGLE-2, shaped by eval.dynamic_tree)")
         tree = asdict(cfg.dynamic_tree) if cfg.tree == "dynamic" else None
-        if tree and cfg.temperature > 0:
-            raise EvalError("EAGLE dynamic trees are greedy-only here; use eval.tree=null (chains) when sampling")
         return EagleProposer(drafter, vocab_size, tree), kind
     if cfg.tree == "dynamic":
         raise EvalError("eval.tree=dynamic is EAGLE-2's tree and needs an EAGLE drafter")

@@ -11,8 +11,11 @@ returning, so the cache only ever holds verified entries and `accept` needs no r
 Dynamic trees (Li et al. 2024, EAGLE-2): at each depth the `top_k` frontier nodes with the
 highest cumulative draft log-probability are expanded into their `top_k` best children; after
 `depth` levels the `total_tokens` best nodes overall (a node's score never exceeds its parent's,
-so the kept set is closed under parents) form the tree. Greedy decoding only: sampled trees
-would need independent draws for lossless verification, which this construction is not.
+so the kept set is closed under parents) form the tree. Under sampling the same construction
+scores nodes with the drafter's warped distribution, and each node is handed to verification
+as a point mass on its token: recursive rejection then accepts a child x with the residual
+target probability p(x) and removes x from the residual before trying the next sibling, which
+is exact for candidates chosen by any deterministic rule (top-k ones included).
 """
 
 from __future__ import annotations
@@ -88,9 +91,7 @@ class EagleProposer:
         self._append_verified(sequences)
         width = self.cache.width
         if self.tree:
-            if not params.greedy:
-                raise ValueError("EAGLE dynamic trees are greedy-only; use chains (eval.tree=null) for sampling")
-            proposal = self._propose_tree(sequences)
+            proposal = self._propose_tree(sequences, params)
         else:
             proposal = self._propose_chain(sequences, num_speculative_tokens, params, generator)
         self.cache.truncate(width)  # drafted entries never stay
@@ -115,7 +116,12 @@ class EagleProposer:
             tokens.append(token)
         return Proposal(torch.stack(tokens, 1), torch.stack(probs, 1) if probs else None)
 
-    def _propose_tree(self, sequences) -> Proposal:
+    def _log_probs(self, draft_logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+        """Node scores: log q over the target vocabulary, warped like the target under sampling."""
+        logits = self._to_target(draft_logits)
+        return logits.log_softmax(-1) if params.greedy else probs_from_logits(logits, params).log()
+
+    def _propose_tree(self, sequences, params: SamplingParams) -> Proposal:
         """EAGLE-2: expand the top_k best nodes per depth, keep the total_tokens best nodes overall.
 
         Node i of depth d is also drafted-cache entry i (entries are appended depth by depth), so
@@ -125,7 +131,7 @@ class EagleProposer:
         B, device, H = len(sequences), self.last_hidden.device, self.drafter.arch.hidden_size
         rows = torch.arange(B, device=device)[:, None]
         base = torch.tensor([len(s) - 1 for s in sequences], device=device)  # position of a depth-1 node's entry
-        score, token = self._to_target(self.drafter.logits(self.last_hidden)).log_softmax(-1).topk(k, dim=-1)  # (B, k)
+        score, token = self._log_probs(self.drafter.logits(self.last_hidden), params).topk(k, dim=-1)  # (B, k)
         tokens, scores, parents = [token], [score], [torch.full((B, k), -1, device=device)]
         anc = torch.eye(k, dtype=torch.bool, device=device).expand(B, k, k)  # (B, N, N) ancestor-or-self
         hidden_in = self.last_hidden[:, None].expand(B, k, H)  # each node's entry reads its parent's output
@@ -136,7 +142,7 @@ class EagleProposer:
             cache_mask = torch.cat([self.cache.valid[:, None, :verified].expand(B, k, verified), see[:, :, :n_prev]], -1)
             positions = (base + d - 1)[:, None].expand(B, k)
             out = self.drafter.decode(self.cache, hidden_in, tokens[-1], positions, torch.ones(B, k, dtype=torch.bool, device=device), see[:, :, n_prev:], cache_mask)
-            child = self._to_target(self.drafter.logits(out)).log_softmax(-1) + scores[-1][..., None]  # (B, k, V) cumulative
+            child = self._log_probs(self.drafter.logits(out), params) + scores[-1][..., None]  # (B, k, V) cumulative
             score, flat = child.reshape(B, -1).topk(k, dim=-1)
             parent_local = flat // self.vocab_size
             tokens.append(flat % self.vocab_size)
@@ -164,4 +170,5 @@ class EagleProposer:
         # padding nodes hang off the root with the same token as node 0, so they can never beat it.
         new_par = torch.where(valid, new_par, torch.full_like(new_par, -1))
         toks = torch.where(valid, all_tok.gather(1, order), all_tok.gather(1, order[:, :1]).expand(-1, width))
-        return Proposal(toks, None, new_par)
+        point_masses = None if params.greedy else torch.nn.functional.one_hot(toks, self.vocab_size).float()
+        return Proposal(toks, point_masses, new_par)

@@ -32,8 +32,9 @@ def test_greedy_eagle_equals_target_greedy(target, drafter, tokenizer, prompt_id
     assert batched == greedy_reference[:3]
 
 
-def test_sampled_eagle_chain_draws_from_the_target_distribution(target, drafter, tokenizer, prompt_ids):
-    assert_first_tokens_follow_the_target(target, EagleProposer(drafter, len(tokenizer)), prompt_ids[1], len(tokenizer))
+@pytest.mark.parametrize("tree", [None, {"depth": 3, "top_k": 3, "total_tokens": 8}], ids=["chain", "dynamic_tree"])
+def test_sampled_eagle_draws_from_the_target_distribution(target, drafter, tokenizer, prompt_ids, tree):
+    assert_first_tokens_follow_the_target(target, EagleProposer(drafter, len(tokenizer), tree), prompt_ids[1], len(tokenizer))
 
 
 @pytest.fixture(scope="module")

@@ -141,6 +141,32 @@ def test_tree_rejection_sampling_emits_the_target_distribution():
         assert torch.all((cond - p_next[x]).abs() <= 5 * torch.sqrt(p_next[x] * (1 - p_next[x]) / n) + 1e-9), (x, cond, p_next[x])
 
 
+def test_tree_rejection_with_point_mass_candidates_emits_the_target_distribution():
+    """Deterministic siblings (a drafter's top-3, EAGLE-2 style) passed as point masses stay exact.
+
+    Passing the drafter's q for such candidates instead would over-accept its favourite tokens:
+    that biased variant must fail the same check, so the test can tell the two apart.
+    """
+    gen = torch.Generator().manual_seed(5)
+    p = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    q = torch.tensor([0.5, 0.3, 0.2, 0.0])  # the drafter's distribution; its top-3 are tokens 0, 1, 2
+    tokens, parents, draws = torch.tensor([0, 1, 2]), torch.tensor([-1, -1, -1]), 20000
+    target_probs = torch.cat([p[None], torch.full((3, 4), 0.25)])
+
+    def first_token_freq(draft_probs):
+        counts = torch.zeros(4)
+        for _ in range(draws):
+            path, nxt = tree_rejection_sample(target_probs, draft_probs, tokens, parents, gen)
+            counts[int(tokens[path[0]]) if path else nxt] += 1
+        return counts / draws
+
+    bound = 5 * torch.sqrt(p * (1 - p) / draws)
+    exact = first_token_freq(torch.nn.functional.one_hot(tokens, 4).float())
+    assert torch.all((exact - p).abs() <= bound), exact
+    biased = first_token_freq(q.expand(3, -1))
+    assert not torch.all((biased - p).abs() <= bound), biased
+
+
 def test_typical_acceptance_takes_the_longest_typical_path():
     # Root: confident on token 0 → only token 0 passes; node 0's distribution is flat → a lower bar.
     target_probs = torch.tensor([[0.9, 0.05, 0.05], [0.4, 0.35, 0.25], [0.3, 0.3, 0.4], [0.34, 0.33, 0.33]])
