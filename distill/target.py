@@ -81,5 +81,16 @@ def eos_token_ids(model, tokenizer) -> set[int]:
     return set(ids) or {tokenizer.eos_token_id}
 
 
+def eos_token_ids_of(cfg: TargetConfig, tokenizer) -> set[int]:
+    """`eos_token_ids` without loading the weights (for engines that load the target themselves)."""
+    from transformers import GenerationConfig
+
+    try:
+        generation = GenerationConfig.from_pretrained(resolve_target(cfg.name_or_path), revision=cfg.revision)
+    except OSError:  # no generation_config.json: the tokenizer's end token
+        return {tokenizer.eos_token_id}
+    return eos_token_ids(type("Target", (), {"generation_config": generation}), tokenizer)
+
+
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

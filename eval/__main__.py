@@ -1,6 +1,6 @@
 """`python -m eval drafter_dir=DIR prompts=FILE.jsonl out_dir=DIR [target_path=NAME_OR_PATH]`.
 
-Measures an exported drafter directory (draft LM or Medusa) against its target (read from the drafter's
+Measures an exported drafter directory (draft LM, Medusa, EAGLE-1 or EAGLE-3) against its target (read from the drafter's
 drafthub.json unless given) and writes eval_report.json, eval_samples.jsonl and report.md.
 """
 
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -29,6 +30,7 @@ class EvalAppConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     trust_remote_code: bool = False  # only for targets whose code you trust
     chat_template: Optional[str] = None  # Jinja template for the prompts; None = the drafter's training template (drafthub.json), else the tokenizer's
+    serve: Optional[str] = None  # vllm = also serve drafter_dir with vLLM and compare (shorthand for eval.serve=vllm)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
@@ -63,9 +65,11 @@ def main(cfg) -> None:
     from eval.prompts import read_prompt_ids
     from eval.drafters import load_proposer
     from eval.run import evaluate
+    from eval.served import served_hook, vllm_missing_reason
     from heads.errors import HeadsError
 
     app: EvalAppConfig = OmegaConf.to_object(cfg)
+    app.eval.serve = app.serve or app.eval.serve
     try:
         drafter = Path(app.drafter_dir)
         target_name = app.target_path or _target_of(drafter)
@@ -78,11 +82,23 @@ def main(cfg) -> None:
         eos = target.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos if eos is not None else tokenizer.eos_token_id])
         names = {"target": target_name, "drafter": str(drafter), "kind": kind}
-        report = evaluate(target, proposer, prompts, app.eval, eos_ids, len(tokenizer), names, out_dir=app.out_dir)
+        served = None
+        if app.eval.serve:
+            if vllm_missing_reason():
+                raise EvalError(f"serve=vllm: {vllm_missing_reason()}")
+            chain_cfg = replace(app.eval, tree=None)
+            served = served_hook(app.eval, target, target_name, kind, lambda report: nullcontext(drafter), lambda: load_proposer(drafter, target, len(tokenizer), chain_cfg, device)[0], eos_ids, len(tokenizer), app.trust_remote_code)
+        report = evaluate(target, proposer, prompts, app.eval, eos_ids, len(tokenizer), names, out_dir=app.out_dir, served=served)
     except (EvalError, HeadsError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    print(json.dumps({k: report[k] for k in ("tau", "alpha", "speedup", "predicted_speedup", "lossless", "recommended_num_speculative_tokens")}))
+    summary = {k: report[k] for k in ("tau", "alpha", "speedup", "predicted_speedup", "lossless", "recommended_num_speculative_tokens")}
+    if "served" in report:
+        summary["served"] = {k: report["served"][k] for k in ("tau", "per_position_acceptance", "equal_prompts", "verdict")}
+    print(json.dumps(summary))
+    if report.get("served", {}).get("verdict") == "broken":
+        print(f"error: the served check failed: {report['served']['reason']}", file=sys.stderr)
+        sys.exit(3)
 
 
 if __name__ == "__main__":

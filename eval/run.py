@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
+from typing import Callable, Optional
 
 import torch
 
@@ -33,13 +34,21 @@ def check_settings(cfg: EvalConfig) -> None:
         raise EvalError(f"eval.dynamic_tree needs depth, top_k and total_tokens ≥ 1, got {t}")
     if cfg.batch_size < 1:
         raise EvalError("eval.batch_size must be ≥ 1")
+    if cfg.serve not in (None, "vllm"):
+        raise EvalError(f"eval.serve={cfg.serve!r} is not a serving engine; use vllm or null")
+    if cfg.serve and (cfg.temperature > 0 or cfg.acceptance != "exact"):
+        raise EvalError("eval.serve=vllm compares greedy decoding token for token; set eval.temperature=0 and eval.acceptance=exact, or eval.serve=null")
+    if cfg.served_tolerance <= 0:
+        raise EvalError("eval.served_tolerance must be > 0 (a fraction of our τ, e.g. 0.05)")
 
 
-def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConfig, eos_ids: set[int], vocab_size: int, names: dict, out_dir=None) -> dict:
+def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConfig, eos_ids: set[int], vocab_size: int, names: dict, out_dir=None, served: Optional[Callable[[list, list, dict], dict]] = None) -> dict:
     """Measure a drafter on `prompts` (token ids); write the report to out_dir when given.
 
     Args:
         names: {"target": ..., "drafter": ..., "kind": ...} for the report.
+        served: called as served(prompts, target's greedy outputs, report) before the report is
+            written; its result becomes the report's `served` section (eval.serve=vllm).
     Returns:
         the report dict (also eval_report.json).
     """
@@ -103,6 +112,8 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
         "settings": {**asdict(cfg), "num_prompts": len(prompts), "device": str(device)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if served is not None:
+        report["served"] = served(prompts, ar.outputs, report)
     if out_dir is not None:
         outputs = spec[cfg.num_speculative_tokens].outputs
         samples = [{"prompt_ids": p, "speculative_ids": s, "autoregressive_ids": a, "equal": s == a} for p, s, a in zip(prompts, outputs, ar.outputs)]

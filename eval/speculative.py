@@ -7,8 +7,9 @@ max_new_tokens, so under greedy decoding their outputs must be identical token f
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
@@ -86,7 +87,8 @@ def speculative_step(target, proposer: Proposer, cache: SlotCache, sequences: li
     block = torch.cat([torch.tensor([[s[-1]] for s in sequences], device=device), proposal.draft_tokens], dim=1)  # (B, N+1)
     parents = None if proposal.parents is None else torch.cat([torch.full((batch, 1), -1, device=device), proposal.parents + 1], dim=1)
     layer_ids = proposer.target_layer_ids
-    out = cache.forward(target, block, parents, output_hidden_states=bool(layer_ids))
+    with _last_layer_output(target, layer_ids) as final:
+        out = cache.forward(target, block, parents, output_hidden_states=bool(layer_ids))
     logits = out.logits[..., :vocab_size]  # (B, N+1, V)
     t2 = _now(device)
     # 3. Accept/reject per row: the longest valid path, then the corrected or bonus token.
@@ -95,7 +97,7 @@ def speculative_step(target, proposer: Proposer, cache: SlotCache, sequences: li
     #    the cache equals a fresh forward over the verified tokens); the drafter rolls back too.
     kept = [[0] + [j + 1 for j in path] for path, _ in verdicts]  # block indices: root, then the path
     cache.keep_last(kept, num_nodes + 1)
-    features = _kept_features(out.hidden_states, layer_ids, kept) if layer_ids else None
+    features = _kept_features(out.hidden_states, final, layer_ids, kept) if layer_ids else None
     proposer.accept([len(s) + len(path) for s, (path, _) in zip(sequences, verdicts)], features)
     stats.draft_seconds += t1 - t0
     stats.target_seconds += t2 - t1
@@ -106,9 +108,28 @@ def speculative_step(target, proposer: Proposer, cache: SlotCache, sequences: li
     return [[tokens[b][j] for j in path] + [nxt] for b, (path, nxt) in enumerate(verdicts)]
 
 
-def _kept_features(hidden_states, layer_ids: tuple[int, ...], kept: list[list[int]]) -> TargetFeatures:
-    """The target's features at the kept block positions (per row, ascending), moved to the front."""
-    states = torch.cat([hidden_states[i] for i in layer_ids], dim=-1)  # (B, m, F)
+@contextmanager
+def _last_layer_output(target, layer_ids) -> Iterator[list[torch.Tensor]]:
+    """Layer id N (= decoder layers) is the last layer's output before the final norm, as in vLLM
+    and SGLang; transformers' hidden_states[N] is after the norm, so capture it when asked for."""
+    captured: list[torch.Tensor] = []
+    if not layer_ids or target.config.num_hidden_layers not in layer_ids:
+        yield captured
+        return
+    hook = target.get_decoder().layers[-1].register_forward_hook(lambda module, args, out: captured.append(out[0] if isinstance(out, tuple) else out))
+    try:
+        yield captured
+    finally:
+        hook.remove()
+
+
+def _kept_features(hidden_states, final: list[torch.Tensor], layer_ids: tuple[int, ...], kept: list[list[int]]) -> TargetFeatures:
+    """The target's features at the kept block positions (per row, ascending), moved to the front.
+
+    final: the captured pre-norm output of the last layer (id N = len(hidden_states) − 1), if asked for.
+    """
+    N = len(hidden_states) - 1
+    states = torch.cat([final[0] if (i == N and final) else hidden_states[i] for i in layer_ids], dim=-1)  # (B, m, F)
     width = states.shape[1]
     order = keep_first(kept, width, states.device)
     counts = torch.tensor([len(k) for k in kept], device=states.device)
@@ -120,10 +141,11 @@ def _prefill(target, cache: SlotCache, proposer: Proposer, prompts: list[list[in
     rows = [p[:-1] for p in prompts]
     layer_ids, features = proposer.target_layer_ids, None
     if any(rows):
-        out = cache.feed(target, rows, output_hidden_states=bool(layer_ids), logits_to_keep=1)
+        with _last_layer_output(target, layer_ids) as final:
+            out = cache.feed(target, rows, output_hidden_states=bool(layer_ids), logits_to_keep=1)
         if layer_ids:  # left padding: each row's real tokens are the end of the block
             width = max(map(len, rows))
-            features = _kept_features(out.hidden_states, layer_ids, [list(range(width - len(r), width)) for r in rows])
+            features = _kept_features(out.hidden_states, final, layer_ids, [list(range(width - len(r), width)) for r in rows])
     proposer.accept(cache.lengths(), features)
 
 

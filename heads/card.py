@@ -33,12 +33,24 @@ drafthub on the target's own answers (recipe `{provenance['recipe']['recipe_name
 | {ev.get('tau', float('nan')):.3f} | {ev.get('alpha', float('nan')):.3f} | {ev.get('speedup', float('nan')):.2f}× | {_shape(ev)} | {ev.get('lossless')} |
 
 Per-position acceptance: {per_pos or 'n/a'}. Recommended `num_speculative_tokens` (fastest in
-the γ sweep): {ev.get('recommended_num_speculative_tokens', 'n/a')}.{_heads_section(provenance)}
+the γ sweep): {ev.get('recommended_num_speculative_tokens', 'n/a')}.{_served_line(ev)}{_heads_section(provenance)}
 
 {_usage(kind, target, ev, provenance)}
 
 Provenance (target revision, tokenizer hash, data manifest, resolved recipe) is in `drafthub.json`.
 """
+
+
+def _served_line(ev: dict) -> str:
+    """The served check's outcome, when one ran: these very files, served by vLLM."""
+    sv = ev.get("served")
+    if not sv:
+        return ""
+    return (
+        f"\n\nServed check: vLLM {sv['vllm_version']} (`{sv['method']}`, γ = {sv['num_speculative_tokens']}) served these files with"
+        f" τ {sv['tau']:.3f} against drafthub's {sv['ours']['tau']:.3f} (both as 1 + accepted drafts per step), outputs equal to the"
+        f" target's greedy output on {sv['equal_prompts']}/{sv['num_prompts']} prompts: **{sv['verdict']}**."
+    )
 
 
 def _usage(kind: str, target: str, ev: dict, provenance: dict) -> str:

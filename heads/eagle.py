@@ -236,6 +236,8 @@ class Eagle3Drafter(nn.Module):
         layer_ids = list(cfg.layer_ids) if cfg.layer_ids is not None else [2, n // 2, n - 3]
         if len(layer_ids) != 3 or len(set(layer_ids)) != 3 or not all(0 <= i <= n for i in layer_ids):
             raise HeadsError(f"EAGLE-3 fuses 3 distinct target layers in 0..{n}; got layer_ids={layer_ids} (set drafter.layer_ids explicitly for a target this shallow)")
+        if layer_ids != sorted(layer_ids):
+            raise HeadsError(f"drafter.layer_ids={layer_ids} must be ascending: vLLM and SGLang fuse the layers in layer order whatever the config lists; use {sorted(layer_ids)}")
         embed, lm_head = target.get_input_embeddings().weight, target.get_output_embeddings().weight
         arch = EagleArch.for_target(cfg, target, draft_vocab.size, layer_ids)
         drafter = cls(arch)

@@ -17,6 +17,8 @@ def lint_eagle3(config: dict, tensors: dict[str, torch.Tensor]) -> list[str]:
     ids = config.get("eagle_aux_hidden_state_layer_ids")
     if not isinstance(ids, list) or len(ids) != 3 or not all(isinstance(i, int) for i in ids):
         problems.append(f"eagle_aux_hidden_state_layer_ids must list 3 explicit layer ids, got {ids!r}")
+    elif ids != sorted(ids):
+        problems.append(f"eagle_aux_hidden_state_layer_ids={ids} must be ascending (vLLM and SGLang concatenate the layers in layer order, so fc's columns would be misread)")
     for flag in ("norm_before_residual",):
         if not isinstance(config.get(flag), bool):
             problems.append(f"{flag} must be an explicit true/false (vLLM defaults a missing one), got {config.get(flag)!r}")

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import tempfile
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -23,22 +26,22 @@ from distill.shards import load_distilled, atomic_write_text
 from distill.target import eos_token_ids, load_target, load_tokenizer, resolve_target, toyworld_prompts
 from eval.drafters import load_proposer
 from eval.run import check_settings, evaluate
+from eval.served import served_hook, vllm_missing_reason
 from heads.draft_lm import DraftLM
-from heads.formats.hf_causal import export_draft_lm
 from heads.eagle import Eagle3Drafter
 from heads.eagle1 import Eagle1Drafter
-from heads.formats.eagle_export import export_eagle1, export_eagle3
-from heads.formats.medusa_vllm import export_medusa
+from heads.formats.fingerprint import served_files_hash
+from heads.formats.staging import replace_directory
 from heads.medusa import MedusaHeads
 from heads.vocab import build_draft_vocab, token_counts
 from train.config import STAGES, RunConfig
+from train.export import SUMMARY, exported_gamma, export_drafter
 from train.calibration import calibrate_medusa
 from train.losses import LOSSES
 from train.data import collate
 from train.loop import best_weights, build_accelerator, train_loop
 from train.objectives import DraftLMDistillation, Eagle1Distillation, Eagle3TrainingTimeTest, MedusaDistillation
 
-SUMMARY = "train_summary.json"
 
 
 class PipelineError(ValueError):
@@ -105,6 +108,8 @@ def run_pipeline(config) -> dict:
     if cfg.trainer.loss not in LOSSES:  # checked before any stage runs, so no work is wasted on a typo
         raise PipelineError(f"trainer.loss={cfg.trainer.loss!r} is not a loss; use one of {list(LOSSES)}")
     check_settings(cfg.eval)
+    if cfg.eval.serve and vllm_missing_reason():
+        raise PipelineError(f"eval.serve=vllm: {vllm_missing_reason()}, or set eval.serve=null")
     if cfg.drafter.kind == "medusa":
         _check_medusa(cfg)
     if cfg.drafter.kind in ("eagle3", "eagle1"):
@@ -129,7 +134,7 @@ def run_pipeline(config) -> dict:
         elif stage == "train":
             results[stage] = _train_stage(cfg, cfg_dict, paths, device, h_train)
         elif stage == "eval":
-            results[stage] = _eval_stage(cfg, paths, device, h_eval)
+            results[stage] = _eval_stage(cfg, cfg_dict, paths, device, h_eval)
         elif stage == "publish":
             results[stage] = _publish_stage(cfg, cfg_dict, paths, h_publish)
         print(f"[{stage}] done in {time.perf_counter() - t0:.1f}s")
@@ -171,10 +176,6 @@ def _sim_tau_selector(objective, dataset, start: int, pad_token_id: int, trainer
 def _verifier(cfg: RunConfig, target) -> dict:
     """The speculators `verifier` entry: the target as users name it, and its architectures."""
     return {"name_or_path": cfg.target.name_or_path, "architectures": list(getattr(target.config, "architectures", None) or [])}
-
-
-def _verifier_from_final(final: Path) -> dict:
-    return json.loads((final / "config.json").read_text())["speculators_config"]["verifier"]
 
 
 def _check_medusa(cfg: RunConfig) -> None:
@@ -274,7 +275,7 @@ def eval_prompt_ids(cfg: RunConfig, tokenizer, limit: int, max_len: int) -> list
     return out
 
 
-def _eval_stage(cfg: RunConfig, paths: RunPaths, device, stage_hash: str) -> dict:
+def _eval_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_hash: str) -> dict:
     done = _read_json(paths.eval / "eval_report.json")
     if done and done.get("stage_hash") == stage_hash:
         return done
@@ -288,7 +289,38 @@ def _eval_stage(cfg: RunConfig, paths: RunPaths, device, stage_hash: str) -> dic
     prompts = eval_prompt_ids(cfg, tokenizer, cfg.eval.num_prompts, max_len)
     eos = eos_token_ids(target, tokenizer)
     names = {"target": cfg.target.name_or_path, "drafter": str(paths.final), "kind": kind, "stage_hash": stage_hash}
-    return evaluate(target, proposer, prompts, cfg.eval, eos, len(tokenizer), names, out_dir=paths.eval)
+    served = None
+    if cfg.eval.serve:
+
+        @contextmanager
+        def fresh_export(report: dict):  # what publish will write, minus the served figures in its card
+            with tempfile.TemporaryDirectory(prefix=".served-", dir=paths.root) as tmp:
+                out = Path(tmp) / "drafter"
+                provenance = _provenance(cfg, cfg_dict, paths, stage_hash, report, tokenizer)
+                export_drafter(kind, paths.final, out, provenance, cfg.target, tokenizer, exported_gamma(report, cfg.eval.num_speculative_tokens))
+                yield out
+
+        def chain_proposer():
+            return load_proposer(paths.final, target, len(tokenizer), replace(cfg.eval, tree=None), device)[0]
+
+        served = served_hook(cfg.eval, target, resolve_target(cfg.target.name_or_path), kind, fresh_export, chain_proposer, eos, len(tokenizer), cfg.target.trust_remote_code)
+    return evaluate(target, proposer, prompts, cfg.eval, eos, len(tokenizer), names, out_dir=paths.eval, served=served)
+
+
+def _provenance(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, stage_hash: str, report: dict, tokenizer) -> dict:
+    """drafthub.json: where the drafter comes from and what it measured."""
+    manifest = _read_json(paths.data / "manifest.json") or {}
+    return {
+        "stage_hash": stage_hash,
+        "kind": cfg.drafter.kind,
+        "model_name": cfg.publish.model_name or f"{cfg.recipe_name}-{cfg.drafter.kind}",
+        "target": {"name_or_path": cfg.target.name_or_path, "revision": cfg.target.revision, "resolved": resolve_target(cfg.target.name_or_path)},
+        "tokenizer_hash": tokenizer_hash(tokenizer),
+        "data_manifest_hash": manifest.get("config_hash"),
+        "recipe": cfg_dict,
+        "eval": {k: v for k, v in report.items() if k != "stage_hash"},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def _publish_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, stage_hash: str) -> dict:
@@ -302,29 +334,16 @@ def _publish_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, stage_hash: 
         raise PipelineError(f"refusing to publish: speculative output differed from the target's on {report['settings']['num_prompts'] - report['lossless_prompts']} prompt(s); see {paths.eval}/eval_samples.jsonl")
     if report["tau"] < cfg.publish.min_tau:
         raise PipelineError(f"refusing to publish: τ={report['tau']:.3f} is below publish.min_tau={cfg.publish.min_tau}; train longer or lower the bar")
+    served = report.get("served")
+    if served and served["verdict"] != "ok":
+        raise PipelineError(f"refusing to publish: the served check failed ({served['reason']}); see {paths.eval}/report.md")
     tokenizer = load_tokenizer(cfg.target)
-    manifest = _read_json(paths.data / "manifest.json") or {}
-    provenance = {
-        "stage_hash": stage_hash,
-        "kind": cfg.drafter.kind,
-        "model_name": cfg.publish.model_name or f"{cfg.recipe_name}-{cfg.drafter.kind}",
-        "target": {"name_or_path": cfg.target.name_or_path, "revision": cfg.target.revision, "resolved": resolve_target(cfg.target.name_or_path)},
-        "tokenizer_hash": tokenizer_hash(tokenizer),
-        "data_manifest_hash": manifest.get("config_hash"),
-        "recipe": cfg_dict,
-        "eval": {k: v for k, v in report.items() if k != "stage_hash"},
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    if cfg.drafter.kind == "medusa":
-        provenance["medusa"] = _read_json(paths.final / SUMMARY)["medusa"]
-        export_medusa(MedusaHeads.from_pretrained(paths.final), paths.drafter, provenance)
-    elif cfg.drafter.kind == "eagle1":
-        target = load_target(cfg.target, "cpu")
-        export_eagle1(Eagle1Drafter.from_pretrained(paths.final, target.get_output_embeddings().weight), paths.drafter, provenance)
-    elif cfg.drafter.kind == "eagle3":
-        provenance["draft_vocab"] = _read_json(paths.final / SUMMARY)["draft_vocab"]
-        gamma = report.get("recommended_num_speculative_tokens") or cfg.eval.num_speculative_tokens
-        export_eagle3(Eagle3Drafter.from_pretrained(paths.final), paths.drafter, provenance, _verifier_from_final(paths.final), gamma)
-    else:
-        export_draft_lm(DraftLM.from_pretrained(paths.final), tokenizer, paths.drafter, provenance)
+    provenance = _provenance(cfg, cfg_dict, paths, stage_hash, report, tokenizer)
+    candidate = paths.root / ".drafter-candidate"
+    shutil.rmtree(candidate, ignore_errors=True)
+    export_drafter(cfg.drafter.kind, paths.final, candidate, provenance, cfg.target, tokenizer, exported_gamma(report, cfg.eval.num_speculative_tokens))
+    if served and served_files_hash(candidate) != served["files_sha256"]:
+        shutil.rmtree(candidate)
+        raise PipelineError("refusing to publish: the export differs from the directory vLLM served in the eval stage; rerun it with new_run=false stages=[eval,publish]")
+    replace_directory(candidate, paths.drafter)
     return provenance

@@ -22,13 +22,19 @@ def staged_directory(out_dir: str | Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         yield tmp
-        if out.exists():
-            old = out.with_name(f".{out.name}-old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        replace_directory(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replace_directory(src: str | Path, dst: str | Path) -> None:
+    """Move the complete directory `src` to `dst`, replacing what was there (renames only)."""
+    src, dst = Path(src), Path(dst)
+    if dst.exists():
+        old = dst.with_name(f".{dst.name}-old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(dst, old)
+        os.replace(src, dst)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(src, dst)

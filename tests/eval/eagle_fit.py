@@ -7,7 +7,7 @@ from heads.vocab import build_draft_vocab, token_counts
 from tests.eval.fitting import fit, sampled_text
 from train.objectives import Eagle1Distillation, Eagle3TrainingTimeTest
 
-LAYER_IDS = [0, 1, 2]  # the micro target has 2 layers: embeddings, after layer 0, final
+LAYER_IDS = [0, 1, 2]  # the micro target has 2 layers: embeddings, entering layer 1, last output before the final norm
 
 
 def fit_eagle(target, steps: int = 60, draft_vocab_size: int = 400, seed: int = 0) -> Eagle3Drafter:

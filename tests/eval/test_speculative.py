@@ -101,5 +101,10 @@ def test_target_features_of_verified_tokens_reach_the_proposer(target, weak_draf
         got = torch.cat(proposer.seen[b])  # features of every verified token, in order
         assert got.shape[0] >= len(prompt) + len(out[b]) - 1  # all but the newest token
         n = len(prompt) + len(out[b])  # the row may have decoded past its output; compare what we know
-        hidden = target(input_ids=torch.tensor([prompt + out[b]]), output_hidden_states=True).hidden_states
-        torch.testing.assert_close(got[:n], torch.cat([hidden[0][0], hidden[2][0]], -1)[: got.shape[0]], rtol=1e-4, atol=1e-4)
+        final = []  # id 2 = N: the last layer's output before the final norm (as vLLM reads it)
+        hook = target.model.norm.register_forward_pre_hook(lambda module, args: final.append(args[0]))
+        try:
+            hidden = target(input_ids=torch.tensor([prompt + out[b]]), output_hidden_states=True).hidden_states
+        finally:
+            hook.remove()
+        torch.testing.assert_close(got[:n], torch.cat([hidden[0][0], final[0][0]], -1)[: got.shape[0]], rtol=1e-4, atol=1e-4)

@@ -40,6 +40,7 @@ def test_layer_ids_are_the_residual_stream_entering_each_decoder_layer(target, p
         return hook
 
     hooks = [layer.register_forward_pre_hook(record(k), with_kwargs=True) for k, layer in enumerate(target.model.layers)]
+    hooks.append(target.model.norm.register_forward_pre_hook(lambda module, args: seen.__setitem__("norm_input", args[0])))
     try:
         features, logits = layer_features(target, ids, None, [0, 1, 2])
     finally:
@@ -48,8 +49,12 @@ def test_layer_ids_are_the_residual_stream_entering_each_decoder_layer(target, p
     H = target.config.hidden_size
     torch.testing.assert_close(features[..., :H], target.model.embed_tokens(ids))  # id 0 = embeddings
     torch.testing.assert_close(features[..., H : 2 * H], seen[1])  # id 1 = what enters layer 1
+    # id N = 2 = the residual stream before the final norm, as vLLM and SGLang capture it (found by
+    # the served check: transformers' hidden_states[N] is after the norm, and served τ fell short).
+    torch.testing.assert_close(features[..., 2 * H :], seen["norm_input"])
     out = target(ids, output_hidden_states=True)
-    torch.testing.assert_close(features, torch.cat([out.hidden_states[k] for k in IDS], -1))
+    torch.testing.assert_close(features[..., : 2 * H], torch.cat([out.hidden_states[k] for k in (0, 1)], -1))
+    assert not torch.allclose(features[..., 2 * H :], out.hidden_states[2])
     torch.testing.assert_close(logits, out.logits)
 
 
@@ -124,6 +129,9 @@ def test_linter_rejects_wrong_fc_shapes_and_implicit_layer_ids(drafter):
     bad = {**tensors, "fc.weight": torch.zeros(drafter.arch.hidden_size, 2 * drafter.arch.target_hidden_size)}
     assert any(p.startswith("fc.weight has shape") for p in lint_eagle3(config, bad))
     assert any("layer ids" in p for p in lint_eagle3({**config, "eagle_aux_hidden_state_layer_ids": None}, tensors))
+    # vLLM concatenates aux layers in layer order (the served check passed an export listing [2, 1, 0]),
+    # so a descending list would have fc's columns misread: rejected here and at construction.
+    assert any("must be ascending" in p for p in lint_eagle3({**config, "eagle_aux_hidden_state_layer_ids": [2, 1, 0]}, tensors))
     assert any("norm_before_residual" in p for p in lint_eagle3({k: v for k, v in config.items() if k != "norm_before_residual"}, tensors))
     assert any("d2t" in p for p in lint_eagle3(config, {**tensors, "d2t": tensors["d2t"] + 1}))
     with pytest.raises(HeadsError, match="fc.weight has shape"):
@@ -138,6 +146,8 @@ def test_shallow_targets_need_explicit_layer_ids(target):
     vocab, _ = build_draft_vocab(torch.ones(target.config.vocab_size), 50)
     with pytest.raises(HeadsError, match="set drafter.layer_ids explicitly"):
         Eagle3Drafter.from_target(EagleConfig(), target, vocab)  # 2-layer target: [2, 1, -1]
+    with pytest.raises(HeadsError, match=r"must be ascending.*use \[0, 1, 2\]"):
+        Eagle3Drafter.from_target(EagleConfig(layer_ids=[1, 0, 2]), target, vocab)
 
 
 def test_training_time_test_memory_grows_linearly_in_steps(drafter, target):

@@ -66,6 +66,7 @@ def test_medusa_vicuna7b_is_the_papers_setting_and_validates():
     assert (run.drafter.num_heads, run.drafter.num_layers) == (5, 1)
     assert run.eval.num_speculative_tokens <= run.drafter.num_heads and max(run.eval.gamma_sweep) <= run.drafter.num_heads
     check_settings(run.eval)
+    assert run.eval.serve == "vllm"  # real recipes publish only what vLLM served as we measured
     # Vicuna ships no chat template: the recipe's must render FastChat's vicuna_v1.1 format.
     messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}]
     rendered = _compile_jinja_template(run.target.chat_template).render(messages=messages, add_generation_prompt=True, bos_token="<s>", eos_token="</s>")
@@ -83,3 +84,4 @@ def test_real_eagle_recipes_validate(name, target, layers):
     assert run.data.prompts.endswith("ShareGPT_Vicuna_unfiltered") and [m.prompts for m in run.data.mix] == ["HuggingFaceH4/ultrachat_200k"]
     assert run.data.backend == "vllm" and run.eval.tree == "dynamic"
     check_settings(run.eval)
+    assert run.eval.serve == "vllm"  # real recipes publish only what vLLM served as we measured

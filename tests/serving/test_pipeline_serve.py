@@ -1,0 +1,45 @@
+"""eval.serve=vllm in the pipeline: the eval stage serves a fresh export, publish ships those exact bytes."""
+
+import json
+
+import pytest
+
+from heads.formats.fingerprint import served_files_hash
+from tests.test_cli import SMALL, run
+
+
+@pytest.mark.needs_vllm
+@pytest.mark.slow
+def test_pipeline_serves_the_export_it_then_publishes(tmp_path, micro_world):
+    r = run("train", *SMALL, "trainer.max_steps=30", "eval.serve=vllm", f"run_dir={tmp_path}/run")
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    report = json.loads((run_dir / "eval" / "eval_report.json").read_text())
+    served = report["served"]
+    assert served["method"] == "draft_model" and served["verdict"] == "ok", served
+    assert served["equal_prompts"] == served["num_prompts"] == 4
+    assert served["files_sha256"] == served_files_hash(run_dir / "drafter")  # published == served, byte for byte
+    assert "## Served check: vLLM" in (run_dir / "eval" / "report.md").read_text()
+    assert "Served check: vLLM" in (run_dir / "drafter" / "README.md").read_text() and "**ok**" in (run_dir / "drafter" / "README.md").read_text()
+    assert not list(run_dir.glob(".served-*")) and not (run_dir / ".drafter-candidate").exists()
+
+
+def test_serving_without_vllm_fails_before_any_stage(tmp_path, monkeypatch):
+    import importlib.util
+
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    from train.config import register_configs
+    from train.pipeline import PipelineError, run_pipeline
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="conf", version_base=None):
+        cfg = compose("config", overrides=["target=micro", "eval.serve=vllm", f"run_dir={tmp_path}/run"])
+    GlobalHydra.instance().clear()
+    with pytest.raises(PipelineError, match=r"eval.serve=vllm: vLLM is not installed; pip install 'drafthub\[vllm\]' .* or set eval.serve=null"):
+        run_pipeline(cfg)
+    assert not (tmp_path / "run").exists()
