@@ -19,7 +19,7 @@ tags:
 - speculative-decoding
 - drafthub
 - {kind.replace('_', '-')}
----
+{_model_index(provenance['model_name'], ev)}---
 
 # {provenance['model_name']}
 
@@ -39,6 +39,18 @@ the γ sweep): {ev.get('recommended_num_speculative_tokens', 'n/a')}.{_served_li
 
 Provenance (target revision, tokenizer hash, data manifest, resolved recipe) is in `drafthub.json`.
 """
+
+
+def _model_index(name: str, ev: dict) -> str:
+    """HF `model-index` metadata: the eval's τ, α and speed-up, machine-readable on the Hub."""
+    metrics = [(k, label, ev[k]) for k, label in (("tau", "mean accepted length τ"), ("alpha", "acceptance rate α"), ("speedup", "speed-up vs autoregressive")) if isinstance(ev.get(k), (int, float))]
+    if not metrics:
+        return ""
+    rows = "".join(f"    - type: {k}\n      name: {label}\n      value: {v:.4f}\n" for k, label, v in metrics)
+    return (
+        f"model-index:\n- name: {json.dumps(name)}\n  results:\n  - task:\n      type: text-generation\n      name: speculative decoding\n"
+        f"    dataset:\n      type: drafthub-eval\n      name: held-out prompts ({ev.get('settings', {}).get('num_prompts', '?')})\n    metrics:\n{rows}"
+    )
 
 
 def _served_line(ev: dict) -> str:

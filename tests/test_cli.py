@@ -49,8 +49,9 @@ def test_vocabulary_mismatch_is_one_clear_line(tmp_path, micro_world):
 
 
 @pytest.mark.slow
-def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world):
-    r = run("train", *SMALL, f"run_dir={tmp_path}/run")
+def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_drafthubTestSecretNeverWritten")  # as a logged-in user has it
+    r = run("train", *SMALL, f"run_dir={tmp_path}/run", f"publish.hub_dir={tmp_path}/hub")
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = tmp_path / "run"
     report = json.loads((run_dir / "eval" / "eval_report.json").read_text())
@@ -63,6 +64,16 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world):
     assert (run_dir / ".hydra" / "config.yaml").exists()
     prov = json.loads((run_dir / "drafter" / "drafthub.json").read_text())
     assert prov["target"]["name_or_path"] == "toyworld:micro" and prov["eval"]["tau"] == report["tau"]
+    # The published directory passes the same gate push_to_hub applies, and went into the local hub.
+    from train.publish import check_publishable
+
+    assert check_publishable(run_dir / "drafter")["export_sha256"] == prov["export_sha256"]
+    index = json.loads((tmp_path / "hub" / "index.json").read_text())["drafters"]
+    assert [(d["target"], d["version"], d["tau"]) for d in index] == [("toyworld:micro", 1, report["tau"])]
+    secret = os.environ["HF_TOKEN"]
+    for root in (run_dir, tmp_path / "hub"):
+        for f in root.rglob("*"):
+            assert not f.is_file() or secret.encode() not in f.read_bytes(), f  # the token is never written
     # The standalone eval app measures the exported drafter against the target it names.
     r = run("eval", f"drafter_dir={run_dir}/drafter", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev", "eval.num_prompts=3", "eval.max_new_tokens=16", "eval.tree=[2,1]", "eval.batch_size=2")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -74,7 +85,7 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world):
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: eval.tree=drafter needs a drafter that saves its tree")
     # Second run: every stage is found complete and skipped (fast, same report).
     mtime = (run_dir / "eval" / "eval_report.json").stat().st_mtime
-    r = run("train", *SMALL, f"run_dir={tmp_path}/run")
+    r = run("train", *SMALL, f"run_dir={tmp_path}/run", f"publish.hub_dir={tmp_path}/hub")
     assert r.returncode == 0
     assert (run_dir / "eval" / "eval_report.json").stat().st_mtime == mtime
 

@@ -20,10 +20,11 @@ def main(cfg) -> None:
     from eval.errors import EvalError
     from heads.errors import HeadsError
     from train.pipeline import PipelineError, run_pipeline
+    from train.publish import PublishError
 
     try:
         run_pipeline(cfg)
-    except (DistillError, EvalError, HeadsError, PipelineError) as e:
+    except (DistillError, EvalError, HeadsError, PipelineError, PublishError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 

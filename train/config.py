@@ -45,6 +45,9 @@ class TrainerConfig:
 class PublishConfig:
     min_tau: float = 1.0  # the drafter must reach this τ in eval to be exported
     model_name: Optional[str] = None  # name in the model card; default: <recipe>-<kind>
+    hub_dir: Optional[str] = None  # also add the drafter to this local registry (versioned; index.json + index.html)
+    repo_id: Optional[str] = None  # also upload to this Hugging Face repo (token: HF_TOKEN or `hf auth login`), one branch per run
+    private: bool = True  # a repo created by the upload is private unless set false
 
 
 @dataclass

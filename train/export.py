@@ -28,16 +28,19 @@ def exported_gamma(report: dict, default: int) -> int:
     return report.get("recommended_num_speculative_tokens") or default
 
 
-def export_drafter(kind: str, final: Path, out_dir: Path, provenance: dict, target: TargetConfig, tokenizer, gamma: int) -> None:
-    """Write the serving-format export of checkpoint `final` (atomically) into `out_dir`."""
+def export_drafter(kind: str, final: Path, out_dir: Path, provenance: dict, target: TargetConfig, tokenizer, gamma: int) -> dict:
+    """Write the serving-format export of checkpoint `final` (atomically) into `out_dir`; return its drafthub.json."""
     summary = json.loads((final / SUMMARY).read_text())
     if kind == "medusa":
-        export_medusa(MedusaHeads.from_pretrained(final), out_dir, {**provenance, "medusa": summary["medusa"]})
+        provenance = {**provenance, "medusa": summary["medusa"]}
+        export_medusa(MedusaHeads.from_pretrained(final), out_dir, provenance)
     elif kind == "eagle1":
         lm_head = load_target(target, "cpu").get_output_embeddings().weight
         export_eagle1(Eagle1Drafter.from_pretrained(final, lm_head), out_dir, provenance)
     elif kind == "eagle3":
         verifier = json.loads((final / "config.json").read_text())["speculators_config"]["verifier"]
-        export_eagle3(Eagle3Drafter.from_pretrained(final), out_dir, {**provenance, "draft_vocab": summary["draft_vocab"]}, verifier, gamma)
+        provenance = {**provenance, "draft_vocab": summary["draft_vocab"]}
+        export_eagle3(Eagle3Drafter.from_pretrained(final), out_dir, provenance, verifier, gamma)
     else:
         export_draft_lm(DraftLM.from_pretrained(final), tokenizer, out_dir, provenance)
+    return json.loads((Path(out_dir) / "drafthub.json").read_text())

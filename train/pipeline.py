@@ -36,6 +36,8 @@ from heads.medusa import MedusaHeads
 from heads.vocab import build_draft_vocab, token_counts
 from train.config import STAGES, RunConfig
 from train.export import SUMMARY, exported_gamma, export_drafter
+from train.local_hub import publish_local
+from train.publish import PublishError, check_publishable, check_report, push_to_hub
 from train.calibration import calibrate_medusa
 from train.losses import LOSSES
 from train.data import collate
@@ -288,7 +290,7 @@ def _eval_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_h
     max_len = target.config.max_position_embeddings - cfg.eval.max_new_tokens - lookahead - 1
     prompts = eval_prompt_ids(cfg, tokenizer, cfg.eval.num_prompts, max_len)
     eos = eos_token_ids(target, tokenizer)
-    names = {"target": cfg.target.name_or_path, "drafter": str(paths.final), "kind": kind, "stage_hash": stage_hash}
+    names = {"target": cfg.target.name_or_path, "drafter": str(paths.final), "kind": kind, "stage_hash": stage_hash, "checkpoint_sha256": served_files_hash(paths.final)}
     served = None
     if cfg.eval.serve:
 
@@ -328,22 +330,30 @@ def _publish_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, stage_hash: 
     if done and done.get("stage_hash") == stage_hash:
         return done
     report = _read_json(paths.eval / "eval_report.json")
-    if report is None:
-        raise PipelineError(f"no eval report in {paths.eval}; run the eval stage before publish")
-    if report["acceptance_rule"] == "greedy" and not report["lossless"]:  # sampled outputs differ by design
-        raise PipelineError(f"refusing to publish: speculative output differed from the target's on {report['settings']['num_prompts'] - report['lossless_prompts']} prompt(s); see {paths.eval}/eval_samples.jsonl")
-    if report["tau"] < cfg.publish.min_tau:
-        raise PipelineError(f"refusing to publish: τ={report['tau']:.3f} is below publish.min_tau={cfg.publish.min_tau}; train longer or lower the bar")
+    check_report(report, cfg.publish.min_tau, str(paths.final))
+    if report.get("checkpoint_sha256") != served_files_hash(paths.final):
+        raise PipelineError(f"refusing to publish: {paths.final} changed after it was evaluated (stale eval report); re-run stages=[eval,publish]")
     served = report.get("served")
-    if served and served["verdict"] != "ok":
-        raise PipelineError(f"refusing to publish: the served check failed ({served['reason']}); see {paths.eval}/report.md")
     tokenizer = load_tokenizer(cfg.target)
     provenance = _provenance(cfg, cfg_dict, paths, stage_hash, report, tokenizer)
     candidate = paths.root / ".drafter-candidate"
     shutil.rmtree(candidate, ignore_errors=True)
-    export_drafter(cfg.drafter.kind, paths.final, candidate, provenance, cfg.target, tokenizer, exported_gamma(report, cfg.eval.num_speculative_tokens))
-    if served and served_files_hash(candidate) != served["files_sha256"]:
+    provenance = export_drafter(cfg.drafter.kind, paths.final, candidate, provenance, cfg.target, tokenizer, exported_gamma(report, cfg.eval.num_speculative_tokens))
+    provenance["export_sha256"] = served_files_hash(candidate)  # what push_to_hub checks the files against
+    if served and provenance["export_sha256"] != served["files_sha256"]:
         shutil.rmtree(candidate)
         raise PipelineError("refusing to publish: the export differs from the directory vLLM served in the eval stage; rerun it with new_run=false stages=[eval,publish]")
+    atomic_write_text(candidate / "drafthub.json", json.dumps(provenance, indent=2))
+    try:
+        check_publishable(candidate, cfg.publish.min_tau)  # the same gate push_to_hub applies, format checks included
+    except PublishError:
+        shutil.rmtree(candidate)
+        raise
     replace_directory(candidate, paths.drafter)
+    if cfg.publish.hub_dir:
+        entry = publish_local(paths.drafter, cfg.publish.hub_dir, cfg.publish.min_tau)
+        print(f"[publish] {cfg.publish.hub_dir}/{entry['path']}")
+    if cfg.publish.repo_id:
+        revision = push_to_hub(paths.drafter, cfg.publish.repo_id, private=cfg.publish.private)
+        print(f"[publish] https://huggingface.co/{cfg.publish.repo_id}/tree/{revision}")
     return provenance

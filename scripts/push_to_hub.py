@@ -1,0 +1,69 @@
+"""Publish a drafter directory — gated — to the Hugging Face Hub or a local registry, or list a registry.
+
+    python scripts/push_to_hub.py DRAFTER_DIR --repo-id me/my-drafter [--public] [--revision NAME] [--force] [--dry-run]
+    python scripts/push_to_hub.py DRAFTER_DIR --hub-dir PATH [--dry-run]
+    python scripts/push_to_hub.py --list --hub-dir PATH [--target NAME]
+
+The gate (train/publish.py) refuses a drafter whose eval report is missing, stale, not lossless,
+below its recipe's min_tau, rejected by the format checks or by the served check. The Hub token
+comes from HF_TOKEN or `hf auth login`; this script never reads, prints or writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from train.local_hub import list_drafters, publish_local  # noqa: E402
+from train.publish import PublishError, check_publishable, push_to_hub, run_revision, upload_files  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("drafter_dir", nargs="?", help="an exported drafter directory (runs/<recipe>/<ts>/drafter)")
+    ap.add_argument("--repo-id", help="Hugging Face repo to upload to (created private unless --public)")
+    ap.add_argument("--hub-dir", help="a local registry folder instead of the Hub")
+    ap.add_argument("--revision", help="Hub branch (default: run-<publish time>-<stage hash>, one per run)")
+    ap.add_argument("--public", action="store_true", help="create the Hub repo public")
+    ap.add_argument("--force", action="store_true", help="overwrite an existing branch of the same name")
+    ap.add_argument("--min-tau", type=float, help="override the recipe's publish.min_tau")
+    ap.add_argument("--dry-run", action="store_true", help="check the gate and list what would be uploaded, upload nothing")
+    ap.add_argument("--list", action="store_true", help="print a registry's drafters, best τ first (with --hub-dir)")
+    ap.add_argument("--target", help="with --list: only this target's drafters")
+    args = ap.parse_args(argv)
+    try:
+        if args.list:
+            if not args.hub_dir:
+                raise PublishError("--list reads a local registry; pass --hub-dir PATH")
+            for d in list_drafters(args.hub_dir, args.target):
+                served = "–" if not d["served"] else f"{d['served']['verdict']} (τ {d['served']['tau']:.3f})"
+                print(f"{d['target']}\t{d['model_name']} v{d['version']}\t{d['kind']}\tτ {d['tau']:.3f}\tα {d['alpha']:.3f}\t{d['speedup']:.2f}×\tserved {served}\t{d['size_bytes'] / 1e6:.1f} MB\t{d['published'][:10]}\t{d['path']}")
+            return 0
+        if not args.drafter_dir or bool(args.repo_id) == bool(args.hub_dir):
+            raise PublishError("give DRAFTER_DIR and exactly one of --repo-id NAME (Hugging Face Hub) or --hub-dir PATH (local registry)")
+        if args.dry_run:
+            prov = check_publishable(args.drafter_dir, args.min_tau)
+            where = f"{args.hub_dir} (next version of {prov.get('model_name')})" if args.hub_dir else f"{args.repo_id}@{args.revision or run_revision(prov)} ({'public' if args.public else 'private'})"
+            print(f"would publish to {where}:")
+            for path, size in upload_files(args.drafter_dir):
+                print(f"  {path}\t{size} bytes")
+            return 0
+        if args.hub_dir:
+            entry = publish_local(args.drafter_dir, args.hub_dir, args.min_tau)
+            print(f"published {args.hub_dir}/{entry['path']}")
+        else:
+            if args.min_tau is not None:
+                check_publishable(args.drafter_dir, args.min_tau)
+            revision = push_to_hub(args.drafter_dir, args.repo_id, private=not args.public, force=args.force, revision=args.revision)
+            print(f"published https://huggingface.co/{args.repo_id}/tree/{revision}")
+    except PublishError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

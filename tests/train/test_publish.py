@@ -1,0 +1,148 @@
+"""The publish gate, the local registry, the Hub upload (with a recording stand-in for HfApi) and the script."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from heads.config import DraftLMConfig
+from heads.draft_lm import DraftLM
+from heads.formats.fingerprint import served_files_hash
+from heads.formats.hf_causal import export_draft_lm
+from tests.conftest import REPO
+from train.local_hub import list_drafters, publish_local, read_index
+from train.publish import PublishError, check_publishable, push_to_hub
+
+SECRET = "hf_drafthubTestSecretNeverWritten"
+SERVED = {"engine": "vllm", "vllm_version": "0.32.0", "method": "draft_model", "num_speculative_tokens": 4, "tau": 2.45, "ours": {"tau": 2.5}, "equal_prompts": 4, "num_prompts": 4, "verdict": "ok", "reason": "within tolerance"}
+REPORT = {"tau": 2.5, "alpha": 0.4, "speedup": 1.3, "lossless": True, "lossless_prompts": 4, "settings": {"num_prompts": 4}}
+
+
+def _published(path, target, tokenizer, report=None, model_name="toy-draft", min_tau=1.0):
+    """A drafter directory as the publish stage writes it (drafthub.json with its export hash)."""
+    torch.manual_seed(0)
+    drafter = DraftLM.from_config(DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1), target.config, tokenizer)
+    prov = {"kind": "draft_lm", "model_name": model_name, "target": {"name_or_path": "toyworld:micro"}, "recipe": {"recipe_name": "t", "publish": {"min_tau": min_tau}},
+            "eval": report or REPORT, "stage_hash": "0123456789abcdef", "created": "2026-11-22T10:00:00Z"}
+    out = export_draft_lm(drafter, tokenizer, path, prov)
+    (out / "drafthub.json").write_text(json.dumps({**prov, "export_sha256": served_files_hash(out)}))
+    return out
+
+
+def _rehash(d):
+    prov = json.loads((d / "drafthub.json").read_text())
+    (d / "drafthub.json").write_text(json.dumps({**prov, "export_sha256": served_files_hash(d)}))
+
+
+def _refusals(tmp_path, target, tokenizer):
+    """(case, drafter directory, expected message) for every way a drafter must be refused."""
+    cases = []
+    d = _published(tmp_path / "stale", target, tokenizer)
+    (d / "config.json").write_text((d / "config.json").read_text().replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": 1e-05'))
+    cases.append(("stale", d, "stale eval report"))
+    d = _published(tmp_path / "no-eval", target, tokenizer)
+    prov = json.loads((d / "drafthub.json").read_text())
+    (d / "drafthub.json").write_text(json.dumps({**prov, "eval": None}))
+    cases.append(("missing report", d, "no eval report"))
+    cases.append(("not lossless", _published(tmp_path / "lossy", target, tokenizer, {**REPORT, "lossless": False, "lossless_prompts": 3}), "not lossless"))
+    cases.append(("below min_tau", _published(tmp_path / "weak", target, tokenizer, min_tau=3.0), "below min_tau=3.0"))
+    served = {**SERVED, "tau": 1.2, "verdict": "broken", "reason": "served τ 1.2 vs ours 2.5"}
+    cases.append(("served check failed", _published(tmp_path / "served", target, tokenizer, {**REPORT, "served": served}), "the served check failed (served τ 1.2 vs ours 2.5)"))
+    d = _published(tmp_path / "format", target, tokenizer)
+    (d / "model.safetensors").write_bytes(b"not a safetensors file")
+    _rehash(d)  # hashed after the damage: only the format check can catch it
+    cases.append(("format check", d, "does not pass its format checks"))
+    return cases
+
+
+def test_gate_refuses_every_failing_case_and_the_registry_stays_untouched(tmp_path, target, tokenizer):
+    hub = tmp_path / "hub"
+    for case, d, message in _refusals(tmp_path, target, tokenizer):
+        with pytest.raises(PublishError, match=re.escape(message)):
+            check_publishable(d)
+        with pytest.raises(PublishError, match=re.escape(message)):
+            publish_local(d, hub)
+        assert not hub.exists() or not any(hub.iterdir()), case  # nothing half-written
+    with pytest.raises(PublishError, match="no drafthub.json"):
+        check_publishable(tmp_path)
+
+
+def test_local_hub_round_trips_versions_and_lists_best_first(tmp_path, target, tokenizer):
+    a = _published(tmp_path / "a", target, tokenizer)
+    b = _published(tmp_path / "b", target, tokenizer, {**REPORT, "tau": 3.1, "served": {**SERVED, "tau": 3.05}}, model_name="better")
+    hub = tmp_path / "hub"
+    first, second, third = publish_local(a, hub), publish_local(a, hub), publish_local(b, hub)
+    assert (first["version"], second["version"], third["version"]) == (1, 2, 1)
+    assert served_files_hash(hub / first["path"]) == served_files_hash(a)  # the files as evaluated
+    loaded = DraftLM.from_pretrained(hub / second["path"])  # and loadable from the registry
+    assert loaded.model.config.hidden_size == 32
+    assert [(d["model_name"], d["version"]) for d in list_drafters(hub, "toyworld:micro")] == [("better", 1), ("toy-draft", 1), ("toy-draft", 2)]
+    assert len(read_index(hub)) == 3 and third["served"] == {"engine": "vllm", "version": "0.32.0", "tau": 3.05, "verdict": "ok"}
+    page = (hub / "index.html").read_text()
+    assert "<h2>toyworld:micro</h2>" in page and page.index("better v1") < page.index("toy-draft v1")
+    assert not list(hub.rglob(".v*"))  # no staging debris
+    with pytest.raises(PublishError, match="no drafter for target 'other'"):
+        list_drafters(hub, "other")
+
+
+class _RecordingHub:
+    """Stands in for huggingface_hub.HfApi: records the calls, keeps branches per repo."""
+
+    def __init__(self):
+        self.calls, self.branches = [], {"main"}
+
+    def create_repo(self, repo_id, private, exist_ok):
+        self.calls.append(("create_repo", repo_id, private))
+
+    def list_repo_refs(self, repo_id):
+        return SimpleNamespace(branches=[SimpleNamespace(name=b) for b in sorted(self.branches)])
+
+    def create_branch(self, repo_id, branch, exist_ok):
+        self.branches.add(branch)
+
+    def upload_folder(self, folder_path, repo_id, revision, commit_message):
+        self.calls.append(("upload_folder", repo_id, revision, sorted(p.name for p in __import__("pathlib").Path(folder_path).iterdir())))
+
+
+def test_hub_upload_is_private_one_branch_per_run_and_never_overwrites(tmp_path, target, tokenizer, monkeypatch, capsys):
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    d = _published(tmp_path / "d", target, tokenizer)
+    api = _RecordingHub()
+    revision = push_to_hub(d, "me/toy-draft", api=api)
+    assert revision == "run-20261122T100000-01234567"
+    assert api.calls[0] == ("create_repo", "me/toy-draft", True)  # private by default
+    assert api.calls[1][:3] == ("upload_folder", "me/toy-draft", revision) and "drafthub.json" in api.calls[1][3] and "README.md" in api.calls[1][3]
+    with pytest.raises(PublishError, match="already exists; pass --force"):
+        push_to_hub(d, "me/toy-draft", api=api)
+    assert push_to_hub(d, "me/toy-draft", force=True, api=api) == revision
+    with pytest.raises(PublishError, match="not lossless"):
+        push_to_hub(_published(tmp_path / "lossy", target, tokenizer, {**REPORT, "lossless": False, "lossless_prompts": 1}), "me/x", api=api)
+    assert SECRET not in capsys.readouterr().out
+    assert all(SECRET.encode() not in f.read_bytes() for f in d.rglob("*") if f.is_file())
+    card = (d / "README.md").read_text()
+    assert "model-index:" in card and "value: 2.5000" in card  # τ for the Hub's metadata
+
+
+def _script(*args):
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "push_to_hub.py"), *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def test_script_dry_run_list_and_refusal(tmp_path, target, tokenizer):
+    d = _published(tmp_path / "d", target, tokenizer)
+    hub = tmp_path / "hub"
+    r = _script(d, "--hub-dir", hub, "--dry-run")
+    assert r.returncode == 0 and "would publish to" in r.stdout and "model.safetensors" in r.stdout and not hub.exists()
+    r = _script(d, "--repo-id", "me/x", "--dry-run")
+    assert r.returncode == 0 and "me/x@run-20261122T100000-01234567 (private)" in r.stdout
+    assert _script(d, "--hub-dir", hub).returncode == 0
+    r = _script("--list", "--hub-dir", hub, "--target", "toyworld:micro")
+    assert r.returncode == 0 and r.stdout.startswith("toyworld:micro\ttoy-draft v1\tdraft_lm\tτ 2.500")
+    shutil.copytree(d, tmp_path / "weak")
+    r = _script(tmp_path / "weak", "--hub-dir", hub, "--min-tau", "4")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"error: refusing to publish {tmp_path / 'weak'}: τ=2.500 is below min_tau=4.0; train longer or lower the bar"]
+    assert len(read_index(hub)) == 1

@@ -1,0 +1,110 @@
+"""A local model hub: a registry folder of published drafters, versioned, with an index and a catalog.
+
+Layout (`--hub-dir PATH`):
+    PATH/index.json                          every published drafter: target, kind, τ, α, speed-up, served check, size, date
+    PATH/index.html                          a static catalog rendered from index.json, grouped by target
+    PATH/<target>/<model_name>/v<N>/         one immutable version per publish (the drafter directory)
+
+Each version is copied into a temporary sibling and renamed into place, and index.json/index.html
+are replaced atomically, so a crash leaves either the old registry or the new one.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+from train.publish import PublishError, check_publishable
+
+INDEX = "index.json"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "--", name).strip("-") or "unnamed"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def read_index(hub_dir: str | Path) -> list[dict]:
+    path = Path(hub_dir) / INDEX
+    return json.loads(path.read_text())["drafters"] if path.exists() else []
+
+
+def publish_local(drafter_dir: str | Path, hub_dir: str | Path, min_tau: Optional[float] = None) -> dict:
+    """Gate, then add `drafter_dir` to the registry as the next version of its model; return its index entry."""
+    prov = check_publishable(drafter_dir, min_tau)
+    hub = Path(hub_dir)
+    hub.mkdir(parents=True, exist_ok=True)
+    target = prov["target"]["name_or_path"]
+    model = prov.get("model_name") or Path(drafter_dir).name
+    base = hub / _slug(target) / _slug(model)
+    base.mkdir(parents=True, exist_ok=True)
+    version = 1 + max((int(p.name[1:]) for p in base.glob("v*") if p.name[1:].isdigit()), default=0)
+    dest = base / f"v{version}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".v{version}-", dir=base))
+    try:
+        shutil.copytree(drafter_dir, tmp, dirs_exist_ok=True)
+        os.replace(tmp, dest)  # fails if another publish took this version meanwhile: nothing is overwritten
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ev, served = prov["eval"], prov["eval"].get("served")
+    entry = {
+        "target": target,
+        "model_name": model,
+        "version": version,
+        "kind": prov.get("kind"),
+        "tau": ev["tau"],
+        "alpha": ev.get("alpha"),
+        "speedup": ev.get("speedup"),
+        "served": None if not served else {"engine": served["engine"], "version": served["vllm_version"], "tau": served["tau"], "verdict": served["verdict"]},
+        "size_bytes": sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()),
+        "path": dest.relative_to(hub).as_posix(),
+        "export_sha256": prov.get("export_sha256"),
+        "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    drafters = read_index(hub) + [entry]
+    _atomic_write(hub / INDEX, json.dumps({"drafters": drafters}, indent=2))
+    _atomic_write(hub / "index.html", render_catalog(drafters))
+    return entry
+
+
+def list_drafters(hub_dir: str | Path, target: Optional[str] = None) -> list[dict]:
+    """The registry's drafters (of one target if given), best τ first."""
+    rows = [d for d in read_index(hub_dir) if target is None or d["target"] == target]
+    if target is not None and not rows:
+        known = sorted({d["target"] for d in read_index(hub_dir)})
+        raise PublishError(f"no drafter for target {target!r} in {hub_dir}; targets there: {known or 'none'}")
+    return sorted(rows, key=lambda d: -d["tau"])
+
+
+def _fmt(x, spec=".3f") -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def render_catalog(drafters: list[dict]) -> str:
+    """A static HTML page: one table per target, best τ first."""
+    sections = []
+    for target in sorted({d["target"] for d in drafters}):
+        rows = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
+                f"{d['model_name']} v{d['version']}", d["kind"], _fmt(d["tau"]), _fmt(d["alpha"]), _fmt(d["speedup"], ".2f") + "×",
+                "–" if not d["served"] else f"{d['served']['verdict']} (vLLM {d['served']['version']}, τ {d['served']['tau']:.3f})",
+                f"{d['size_bytes'] / 1e6:.1f} MB", d["published"][:10],
+            )) + f"<td><a href=\"{html.escape(d['path'])}/README.md\">card</a></td></tr>"
+            for d in sorted((d for d in drafters if d["target"] == target), key=lambda d: -d["tau"])
+        )
+        sections.append(f"<h2>{html.escape(target)}</h2>\n<table><tr><th>drafter</th><th>kind</th><th>τ</th><th>α</th><th>speed-up</th><th>served check</th><th>size</th><th>published</th><th></th></tr>{rows}</table>")
+    body = "\n".join(sections) or "<p>No drafters published yet.</p>"
+    return f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>drafthub registry</title></head><body>\n<h1>drafthub registry</h1>\n{body}\n</body></html>\n"

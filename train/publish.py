@@ -1,0 +1,118 @@
+"""The publish gate and the Hugging Face Hub upload, shared by the publish stage and scripts/push_to_hub.py.
+
+A drafter leaves the machine only when its own `drafthub.json` proves it: an eval report exists,
+it was measured on exactly these files (the export hash recorded at publish time still matches),
+it was lossless, it reached the recipe's `min_tau`, the format checks pass, and — where a served
+check ran — vLLM agreed. Every refusal is one `PublishError` line naming the fix.
+
+The Hub token is never read here: huggingface_hub takes it from HF_TOKEN or the saved login, and
+nothing of ours prints or stores it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from heads.errors import HeadsError
+from heads.formats.fingerprint import served_files_hash
+
+
+class PublishError(ValueError):
+    """A drafter that must not be published, or a bad publish request: problem and fix in one line."""
+
+
+def read_provenance(drafter_dir: str | Path) -> dict:
+    path = Path(drafter_dir) / "drafthub.json"
+    if not path.exists():
+        raise PublishError(f"{drafter_dir} has no drafthub.json; publish drafters exported by `python -m train` (its publish stage)")
+    return json.loads(path.read_text())
+
+
+def _check_format(drafter_dir: Path, kind: str) -> None:
+    """The exporters' own loaders, which lint what they read (EAGLE-3: heads/lint.py)."""
+    from heads.draft_lm import DraftLM
+    from heads.eagle import Eagle3Drafter
+    from heads.medusa import MedusaHeads
+
+    try:
+        if kind == "eagle3":
+            Eagle3Drafter.from_pretrained(drafter_dir)
+        elif kind == "medusa":
+            MedusaHeads.from_pretrained(drafter_dir)
+        elif kind == "eagle1":
+            from safetensors import safe_open
+
+            config = json.loads((drafter_dir / "config.json").read_text())
+            with safe_open(str(drafter_dir / "model.safetensors"), "pt") as f:
+                shape = tuple(f.get_slice("fc.weight").get_shape())
+            if shape != (config["hidden_size"], 2 * config["hidden_size"]):
+                raise HeadsError(f"fc.weight has shape {shape}, expected {(config['hidden_size'], 2 * config['hidden_size'])}")
+        else:
+            DraftLM.from_pretrained(drafter_dir)
+    except Exception as e:  # noqa: BLE001 — any loader failure (safetensors, transformers, ours) is a refusal, said in one line
+        raise PublishError(f"refusing to publish {drafter_dir}: the {kind} checkpoint does not pass its format checks ({str(e).splitlines()[0]})") from None
+
+
+def check_report(report: Optional[dict], min_tau: float, name: str) -> None:
+    """Refuse a missing, lossy, below-bar or served-broken eval report of drafter `name`."""
+    if not report or "tau" not in report:
+        raise PublishError(f"refusing to publish {name}: no eval report; run the eval stage, then publish")
+    if report.get("lossless") is False:
+        raise PublishError(f"refusing to publish {name}: speculative output differed from the target's on {report['settings']['num_prompts'] - report['lossless_prompts']} of {report['settings']['num_prompts']} prompts (not lossless); see eval_samples.jsonl")
+    if report["tau"] < min_tau:
+        raise PublishError(f"refusing to publish {name}: τ={report['tau']:.3f} is below min_tau={min_tau}; train longer or lower the bar")
+    served = report.get("served")
+    if served and served.get("verdict") != "ok":
+        raise PublishError(f"refusing to publish {name}: the served check failed ({served.get('reason')}); fix the export and re-run eval with eval.serve=vllm")
+
+
+def check_publishable(drafter_dir: str | Path, min_tau: Optional[float] = None) -> dict:
+    """Raise PublishError unless `drafter_dir` may be published; return its provenance.
+
+    Args:
+        min_tau: the bar; None = the recipe's publish.min_tau recorded in drafthub.json.
+    """
+    d = Path(drafter_dir)
+    prov = read_provenance(d)
+    if prov.get("export_sha256") != served_files_hash(d):
+        raise PublishError(f"refusing to publish {d}: its files are not the ones evaluated (stale eval report: the export hash in drafthub.json does not match); re-run eval and publish on this checkpoint")
+    bar = min_tau if min_tau is not None else ((prov.get("recipe") or {}).get("publish") or {}).get("min_tau", 1.0)
+    check_report(prov.get("eval"), bar, str(d))
+    _check_format(d, prov.get("kind", "draft_lm"))
+    return prov
+
+
+def upload_files(drafter_dir: str | Path) -> list[tuple[str, int]]:
+    """(relative path, bytes) of everything an upload sends, in path order (what --dry-run lists)."""
+    root = Path(drafter_dir)
+    return [(p.relative_to(root).as_posix(), p.stat().st_size) for p in sorted(root.rglob("*")) if p.is_file()]
+
+
+def run_revision(prov: dict) -> str:
+    """One Hub branch per run: the publish time and the run's stage hash, e.g. run-20261122T031500-8776177e."""
+    created = prov.get("created", "").replace("-", "").replace(":", "").rstrip("Z")
+    return f"run-{created}-{str(prov.get('stage_hash', ''))[:8]}"
+
+
+def push_to_hub(drafter_dir: str | Path, repo_id: str, private: bool = True, force: bool = False, revision: Optional[str] = None, api=None) -> str:
+    """Upload a gated drafter to `repo_id` on its own branch; return the revision.
+
+    The repository is created private unless asked otherwise; an existing branch of the same
+    name (the same run pushed twice) is only overwritten with force=True.
+    """
+    prov = check_publishable(drafter_dir)
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi()  # token: HF_TOKEN or the saved `hf auth login`, never passed through our code
+    revision = revision or run_revision(prov)
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    branches = {b.name for b in api.list_repo_refs(repo_id).branches}
+    if revision in branches and not force:
+        raise PublishError(f"{repo_id}@{revision} already exists; pass --force to overwrite it or --revision NAME for a new branch")
+    api.create_branch(repo_id, branch=revision, exist_ok=True)
+    api.upload_folder(folder_path=str(drafter_dir), repo_id=repo_id, revision=revision, commit_message=f"drafthub: {prov.get('model_name')} ({prov.get('kind')}) τ={prov['eval']['tau']:.3f}")
+    return revision
+
