@@ -14,7 +14,8 @@ register_configs()
 import distill.__main__  # noqa: E402,F401  (registers distill_schema)
 import eval.__main__  # noqa: E402,F401  (registers eval_schema)
 
-GROUP_YAMLS = sorted(p for p in (REPO / "conf").glob("*/*.yaml"))
+GROUP_YAMLS = sorted(p for p in (REPO / "conf").glob("*/*.yaml") if p.parent.name != "accelerate")  # accelerate's own files
+ACCELERATE_YAMLS = sorted((REPO / "conf" / "accelerate").glob("*.yaml"))
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
 REQUIRED = {"target/hf.yaml": ["target.name_or_path=some/model"], "data/jsonl.yaml": ["data.prompts=p.jsonl"]}
 
@@ -85,3 +86,18 @@ def test_real_eagle_recipes_validate(name, target, layers):
     assert run.data.backend == "vllm" and run.eval.tree == "dynamic"
     check_settings(run.eval)
     assert run.eval.serve == "vllm"  # real recipes publish only what vLLM served as we measured
+
+
+@pytest.mark.parametrize("path", ACCELERATE_YAMLS, ids=lambda p: p.stem)
+def test_accelerate_configs_load_with_accelerate(path):
+    """Each launcher config is one accelerate reads as is, with the multi-node fields present."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    cfg = load_config_from_file(str(path))
+    expected = {"ddp": "MULTI_GPU", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED", "fsdp": "FSDP"}[path.stem]
+    assert str(cfg.distributed_type).split(".")[-1] == expected
+    assert {"num_machines", "machine_rank", "main_process_ip", "main_process_port"} <= set(OmegaConf.load(path))  # multi-node fields, spelled out
+    assert cfg.num_processes == 8 and cfg.use_cpu is False
+    if expected == "DEEPSPEED":
+        assert cfg.deepspeed_config["zero_stage"] == int(path.stem[-1])
+    assert path.read_text().startswith("#") and "accelerate launch --config_file" in path.read_text()
