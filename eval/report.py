@@ -106,7 +106,7 @@ The export `{sv['drafter_dir']}` served as is, greedy chains of γ = {sv['num_sp
 """
 
 
-def _save(fig, path: Path) -> None:
+def save_figure(fig, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
@@ -116,7 +116,7 @@ def _save(fig, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers
@@ -126,17 +126,17 @@ def _pyplot():
 
 
 def _plot_acceptance(path: Path, per_position: list[float]) -> None:
-    fig, ax = _pyplot().subplots(figsize=(4, 3))
+    fig, ax = pyplot().subplots(figsize=(4, 3))
     ax.bar(range(1, len(per_position) + 1), per_position)
     ax.set_xlabel("draft position i")
     ax.set_ylabel("P(accepted ≥ i)")
     ax.set_ylim(0, 1)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _plot_sweep(path: Path, sweep: list[dict]) -> None:
     gammas = [g["num_speculative_tokens"] for g in sweep]
-    fig, (left, right) = _pyplot().subplots(1, 2, figsize=(8, 3))
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(8, 3))
     left.plot(gammas, [g["tau"] for g in sweep], marker="o")
     left.set_xlabel("γ (num_speculative_tokens)")
     left.set_ylabel("τ (tokens per target forward)")
@@ -146,4 +146,4 @@ def _plot_sweep(path: Path, sweep: list[dict]) -> None:
     right.set_xlabel("γ (num_speculative_tokens)")
     right.set_ylabel("speedup ×")
     right.legend()
-    _save(fig, path)
+    save_figure(fig, path)

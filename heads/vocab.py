@@ -24,7 +24,7 @@ class DraftVocab:
 
     def d2t(self) -> torch.Tensor:
         """(D,) int64 offsets: target = draft + d2t[draft]."""
-        return self.draft_to_target - torch.arange(self.size)
+        return self.draft_to_target - torch.arange(self.size, device=self.draft_to_target.device)
 
     def t2d(self, target_vocab_size: int) -> torch.Tensor:
         """(V,) bool: which target tokens the drafter can propose."""

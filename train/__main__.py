@@ -20,13 +20,16 @@ def main(cfg) -> None:
     from eval.errors import EvalError
     from heads.errors import HeadsError
     from train.pipeline import PipelineError, run_pipeline
+    from train.planner import PlanError
     from train.publish import PublishError
 
     try:
-        run_pipeline(cfg)
-    except (DistillError, EvalError, HeadsError, PipelineError, PublishError) as e:
+        results = run_pipeline(cfg)
+    except (DistillError, EvalError, HeadsError, PipelineError, PlanError, PublishError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    if results.get("plan", {}).get("fits") is False:
+        sys.exit(3)  # a dry run whose plan does not fit the GPUs: scripts can stop before launching
 
 
 if __name__ == "__main__":

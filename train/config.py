@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING, OmegaConf
 
@@ -51,6 +51,23 @@ class PublishConfig:
 
 
 @dataclass
+class PlanConfig:
+    accelerate: str = "single"  # single | ddp | zero2 | zero3 | fsdp (conf/accelerate/<name>.yaml) | path to an accelerate config file
+    num_processes: Optional[int] = None  # GPUs trained on; None = the accelerate config's num_processes
+    gpu_memory_gb: float = 80.0  # per GPU (H100/A100 80 GB)
+    gpu_tflops: float = 989.0  # dense bf16 peak per GPU (H100 SXM)
+    gpu_bandwidth_tbps: float = 3.35  # HBM bandwidth per GPU (H100 SXM), bounds decoding
+    mfu: float = 0.35  # share of peak FLOPs training sustains
+
+
+@dataclass
+class BakeoffConfig:
+    recipes: List[str] = field(default_factory=list)  # contenders (recipe names) trained and evaluated alike; empty = a normal run
+    serve: str = "auto"  # auto: served check of every contender where vLLM is installed | off
+    overrides: Dict[str, List[str]] = field(default_factory=dict)  # per contender recipe (key "all": every one), applied after its recipe, e.g. {all: ["trainer.max_steps=1000"]}
+
+
+@dataclass
 class RunConfig:
     recipe_name: str = "toy"
     stages: List[str] = field(default_factory=lambda: list(STAGES))
@@ -59,12 +76,15 @@ class RunConfig:
     eval_split: str = "heldout"  # toy world prompt split (or dataset split) used for eval
     eval_prompts: Optional[str] = None  # eval prompt source; None = data.prompts
     device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dry_run: bool = False  # true: print the plan (memory per GPU, disk, tokens, steps, time) and stop; loads no weights
     target: TargetConfig = field(default_factory=TargetConfig)
     data: DataConfig = field(default_factory=DataConfig)
     drafter: Any = MISSING  # one of the drafter group's schemas (conf/drafter/)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     publish: PublishConfig = field(default_factory=PublishConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)  # hardware the dry-run plans for
+    bakeoff: BakeoffConfig = field(default_factory=BakeoffConfig)
 
 
 def register_configs() -> None:

@@ -13,6 +13,10 @@ from train.losses import kd_loss
 
 
 class Objective(Protocol):
+    """batch → (loss, metrics). metrics["positions"] counts the positions the loss averages over
+    (the first term's, for a sum of terms): the loop weights each process's loss by it, so N
+    processes average over the global batch's positions as one process would."""
+
     def __call__(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
 
 
@@ -39,10 +43,11 @@ class DraftLMDistillation:
         labels = input_ids[:, 1:][mask]  # (N,)
         t = self.temperature
         per_token = kd_loss(self.loss, student / t, None if teacher is None else teacher / t, labels, self.jsd_beta)
-        loss = per_token.mean()
+        loss = per_token.sum() / max(per_token.numel(), 1)  # a batch cut before any answer token gives 0, not NaN
         with torch.no_grad():
             reference = labels if teacher is None else teacher.argmax(-1)
-            metrics = {"loss": loss.detach(), "top1_agreement": (student.argmax(-1) == reference).float().mean()}
+            agree = (student.argmax(-1) == reference).float()
+            metrics = {"loss": loss.detach(), "top1_agreement": agree.sum() / max(agree.numel(), 1), "positions": mask.sum()}
         return loss, metrics
 
 
@@ -75,7 +80,7 @@ class MedusaDistillation:
                 hits = rank_accuracy(logits, labels, 5).cumsum(0)  # top-1 … top-5
                 metrics[f"head{k}_loss"] = loss_k.detach()
                 metrics[f"head{k}_top1"], metrics[f"head{k}_top5"] = hits[0], hits[4]
-        metrics["loss"] = total.detach()
+        metrics["loss"], metrics["positions"] = total.detach(), masks[0].sum()
         return total, metrics
 
 
@@ -145,7 +150,7 @@ class Eagle3TrainingTimeTest:
                 chain = chain * acc
                 sim_tau = sim_tau + chain
                 metrics[f"step{j}_loss"], metrics[f"step{j}_acc"] = loss_j.detach(), acc
-        metrics["loss"], metrics["sim_tau"] = total.detach(), sim_tau
+        metrics["loss"], metrics["sim_tau"], metrics["positions"] = total.detach(), sim_tau, counts[:, 2:].sum()
         return total, metrics
 
 
@@ -180,7 +185,7 @@ class Eagle1Distillation:
         predicted = model(noisy, input_ids, attention_mask)  # (B, T, H): entry t estimates f_{t+1}
         m = (batch["loss_mask"] * attention_mask).bool()[:, 2:]  # (B, T−2)
         guess, truth = predicted[:, :-2][m], features[:, 1:-1][m].to(predicted.dtype)  # (N, H)
-        regression = F.smooth_l1_loss(guess, truth)
+        regression = F.smooth_l1_loss(guess, truth, reduction="sum") / max(guess.numel(), 1)  # mean; 0 (not NaN) when empty
         unwrapped = getattr(model, "module", model)
         q = unwrapped.logits(guess)[:, : self.vocab_size].float().log_softmax(-1)
         p = target_logits[:, 1:-1][m][:, : self.vocab_size].float().softmax(-1)
@@ -188,4 +193,4 @@ class Eagle1Distillation:
         loss = regression + self.cls_weight * classification
         with torch.no_grad():
             agree = (q.argmax(-1) == p.argmax(-1)).float().mean() if q.shape[0] else q.new_zeros(())
-        return loss, {"loss": loss.detach(), "regression": regression.detach(), "classification": classification.detach(), "top1_agreement": agree}
+        return loss, {"loss": loss.detach(), "regression": regression.detach(), "classification": classification.detach(), "top1_agreement": agree, "positions": m.sum()}

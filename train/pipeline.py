@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -41,7 +42,7 @@ from train.publish import PublishError, check_publishable, check_report, push_to
 from train.calibration import calibrate_medusa
 from train.losses import LOSSES
 from train.data import collate
-from train.loop import best_weights, build_accelerator, train_loop
+from train.loop import assign_state, best_weights, build_accelerator, full_state_dict, train_loop
 from train.objectives import DraftLMDistillation, Eagle1Distillation, Eagle3TrainingTimeTest, MedusaDistillation
 
 
@@ -83,13 +84,24 @@ class RunPaths:
 
 def _identity(cfg: dict) -> dict:
     """The config minus keys that don't change results (where and which stages run)."""
-    return {k: v for k, v in cfg.items() if k not in ("run_dir", "new_run", "stages", "device")}
+    return {k: v for k, v in cfg.items() if k not in ("run_dir", "new_run", "stages", "device", "dry_run", "plan")}
+
+
+def _processes() -> int:
+    """Processes `accelerate launch` / torchrun started (their WORLD_SIZE), 1 for `python -m train`."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def resolve_run_dir(cfg: RunConfig, cfg_dict: dict) -> Path:
     """run_dir if set; else the latest runs/<recipe>/* with the same config; else a new one."""
     if cfg.run_dir:
         return Path(cfg.run_dir)
+    if _processes() > 1:  # timestamps could differ between processes
+        raise PipelineError(f"{_processes()} processes were launched without run_dir; set run_dir=PATH so that every process uses the same run directory")
     base = Path("runs") / cfg.recipe_name
     if not cfg.new_run and base.exists():
         for prev in sorted(base.iterdir(), reverse=True):
@@ -110,6 +122,17 @@ def run_pipeline(config) -> dict:
     if cfg.trainer.loss not in LOSSES:  # checked before any stage runs, so no work is wasted on a typo
         raise PipelineError(f"trainer.loss={cfg.trainer.loss!r} is not a loss; use one of {list(LOSSES)}")
     check_settings(cfg.eval)
+    if cfg.dry_run:  # before anything touches the disk, the network or an engine
+        from train.planner import plan_run, render_plan
+
+        plan = plan_run(cfg)
+        print(render_plan(plan))
+        return {"plan": plan}
+    if cfg.bakeoff.serve not in ("auto", "off"):
+        raise PipelineError(f"bakeoff.serve={cfg.bakeoff.serve!r}; use auto (served check where vLLM is installed) or off")
+    unknown = sorted(set(cfg.bakeoff.overrides) - {"all", *cfg.bakeoff.recipes})
+    if unknown:
+        raise PipelineError(f"bakeoff.overrides has {unknown}, which are not contenders; use 'all' or one of bakeoff.recipes={cfg.bakeoff.recipes}")
     if cfg.eval.serve and vllm_missing_reason():
         raise PipelineError(f"eval.serve=vllm: {vllm_missing_reason()}, or set eval.serve=null")
     if cfg.drafter.kind == "medusa":
@@ -122,6 +145,10 @@ def run_pipeline(config) -> dict:
     atomic_write_text(paths.root / ".hydra" / "config.yaml", OmegaConf.to_yaml(dict_config))
     print(f"run directory: {paths.root}")
     device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    if cfg.bakeoff.recipes:
+        from train.bakeoff import run_bakeoff
+
+        return {"bakeoff": run_bakeoff(dict_config, run_pipeline, paths.root, device)}
 
     # Hashes chain: a stage's output is valid while everything upstream is unchanged.
     h_data = distill_hash(cfg.target, cfg.data)
@@ -130,6 +157,8 @@ def run_pipeline(config) -> dict:
     h_publish = _hash(h_eval, cfg_dict["publish"])
     results = {}
     for stage in cfg.stages:
+        if stage != "train" and not _main_process():
+            continue  # only training is data parallel; the main process distils, evaluates and publishes
         t0 = time.perf_counter()
         if stage == "distill":
             results[stage] = distill(cfg.target, cfg.data, paths.data, device)
@@ -210,6 +239,10 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
     done = _read_json(paths.final / SUMMARY)
     if done and done["stage_hash"] == stage_hash:
         return done
+    # First, so that under `accelerate launch` every process waits here until the main one has distilled.
+    accelerator = build_accelerator(cfg.trainer, paths.root)
+    if accelerator.num_processes > 1:
+        device = accelerator.device  # each process's own GPU (or the CPU)
     tokenizer = load_tokenizer(cfg.target)
     target = load_target(cfg.target, device)
     dataset = load_distilled(paths.data)
@@ -241,12 +274,14 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
         objective = Eagle1Distillation(target, len(tokenizer), cfg.drafter.feature_noise, cfg.drafter.cls_weight, store)
     else:
         raise PipelineError(f"drafter.kind={kind!r} is not trainable; use drafter=draft_lm, medusa, eagle3 or eagle1")
-    accelerator = build_accelerator(trainer, paths.root)
+    parameters = sum(p.numel() for p in drafter.parameters())  # before ZeRO-3 partitions them
     t0 = time.perf_counter()
     metrics = train_loop(accelerator, trainer, drafter, objective, dataset, tokenizer.pad_token_id, paths.checkpoints, {"drafter": cfg_dict["drafter"], "trainer": cfg_dict["trainer"]}, select=select)
-    summary = {"stage_hash": stage_hash, "metrics": metrics, "seconds": round(time.perf_counter() - t0, 1), "parameters": sum(p.numel() for p in drafter.parameters())}
+    summary = {"stage_hash": stage_hash, "metrics": metrics, "seconds": round(time.perf_counter() - t0, 1), "parameters": parameters, "processes": accelerator.num_processes}
+    state = full_state_dict(accelerator, drafter)  # all processes: ZeRO-3 gathers the shards
     if accelerator.is_main_process:
         drafter = accelerator.unwrap_model(drafter)
+        assign_state(drafter, state)
         if kind == "medusa":  # the token tree comes from accuracy on samples training never saw
             summary["medusa"] = calibrate_medusa(drafter.eval(), target, holdout_set, cfg.drafter.tree_topk, cfg.drafter.tree_nodes, len(tokenizer), tokenizer.pad_token_id, trainer.batch_size, trainer.max_seq_len)
         if kind == "eagle3":
@@ -260,6 +295,7 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
             drafter.save_pretrained(paths.final)
         atomic_write_text(paths.final / SUMMARY, json.dumps(summary, indent=2))
     accelerator.wait_for_everyone()
+    accelerator.end_training()  # trackers and, when launched, the process group: later stages run on the main process
     return summary
 
 

@@ -12,9 +12,10 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from distill.toyworld.config import WorldConfig
 
 
-def build_target(cfg: WorldConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
+def target_config(cfg: WorldConfig, pad_token_id: int | None = None, eos_token_id: int | None = None) -> LlamaConfig:
+    """The toy target's architecture (its vocabulary is the BPE tokenizer's, cfg.vocab_size)."""
+    return LlamaConfig(
+        vocab_size=cfg.vocab_size,
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_hidden_layers,
@@ -22,10 +23,16 @@ def build_target(cfg: WorldConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaF
         num_key_value_heads=cfg.num_attention_heads,
         max_position_embeddings=max(1024, cfg.seq_len),
         tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
         bos_token_id=None,
     )
+
+
+def build_target(cfg: WorldConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
+    if len(tokenizer) != cfg.vocab_size:
+        raise ValueError(f"the toy tokenizer has {len(tokenizer)} tokens, the world config says {cfg.vocab_size}")
+    config = target_config(cfg, tokenizer.pad_token_id, tokenizer.eos_token_id)
     torch.manual_seed(cfg.seed)
     model = LlamaForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

@@ -1,0 +1,61 @@
+"""Drafter bake-off: three families on one dataset and one evaluation, one recommendation."""
+
+import json
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from train.bakeoff import recommend, render_markdown
+from train.config import register_configs
+from train.pipeline import run_pipeline
+
+
+def _row(recipe, speedup, tau, lossless=True, verdict=None):
+    return {"recipe": recipe, "kind": recipe, "speedup": speedup, "tau": tau, "alpha": 0.5, "lossless": lossless, "parameters": 1e6, "train_seconds": 60.0, "served_tau": tau if verdict else None, "served_verdict": verdict}
+
+
+def test_recommendation_is_the_fastest_trustworthy_drafter():
+    rows = [_row("a", 1.5, 2.5, lossless=False), _row("b", 1.4, 2.9, verdict="broken"), _row("c", 1.3, 2.6, verdict="ok"), _row("d", 1.3, 2.7, verdict="ok")]
+    assert recommend(rows)["recipe"] == "d"  # a is lossy, b failed its served check, d ties c on speed with higher τ
+    assert recommend(rows[:2]) is None
+    assert "No contender qualifies" in render_markdown({"contenders": rows[:2], "recommended": None, "served_check": True, "settings": {"num_prompts": 1, "max_new_tokens": 1, "num_speculative_tokens": 1, "temperature": 0.0, "tree": None}})
+
+
+@pytest.mark.slow
+def test_bakeoff_trains_three_families_on_the_same_data_and_evaluates_them_alike(tmp_path, micro_world):
+    register_configs()
+    quoted = lambda *o: "[" + ",".join(f"'{x}'" for x in o) + "]"
+    with initialize_config_module(config_module="conf", version_base=None):
+        cfg = compose(
+            "config",
+            overrides=[
+                "recipe=toy_bakeoff",
+                "target=micro",
+                f"run_dir={tmp_path}/bake",
+                "data.max_prompts=16",
+                "data.sampling.max_new_tokens=16",
+                "eval.num_prompts=3",
+                "eval.max_new_tokens=12",
+                "bakeoff.serve=off",
+                f"+bakeoff.overrides.all={quoted('trainer.max_steps=4', 'trainer.batch_size=4', 'trainer.save_every=4')}",
+                f"+bakeoff.overrides.toy_medusa={quoted('drafter.holdout_samples=4')}",
+                f"+bakeoff.overrides.toy_eagle={quoted('drafter.select_samples=4', 'drafter.layer_ids=[0,1,2]', 'drafter.draft_vocab_size=256')}",
+            ],
+        )
+        comparison = run_pipeline(cfg)["bakeoff"]
+    root = tmp_path / "bake"
+    rows = comparison["contenders"]
+    assert [r["kind"] for r in rows] == ["draft_lm", "medusa", "eagle3"]
+    for r in rows:
+        run = root / r["recipe"]
+        assert (run / "data").resolve() == (root / "data").resolve()  # one distilled dataset for all
+        report = json.loads((run / "eval" / "eval_report.json").read_text())
+        assert report["settings"] == json.loads((root / rows[0]["recipe"] / "eval" / "eval_report.json").read_text())["settings"]
+        assert report["settings"]["num_speculative_tokens"] == 4 and report["settings"]["tree"] is None
+        assert r["lossless"] and r["parameters"] > 0 and r["train_seconds"] > 0
+    best = max((r for r in rows if r["lossless"]), key=lambda r: (r["speedup"], r["tau"]))
+    assert comparison["recommended"]["recipe"] == best["recipe"]
+    saved = json.loads((root / "bakeoff" / "comparison.json").read_text())
+    assert saved["recommended"] == comparison["recommended"]
+    assert (root / "bakeoff" / "comparison.png").stat().st_size > 0
+    assert f"**Recommended: `{best['recipe']}`" in (root / "bakeoff" / "comparison.md").read_text()

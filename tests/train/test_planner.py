@@ -1,0 +1,103 @@
+"""The dry-run planner: exact parameter bytes from config.json alone, every real recipe planned offline."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from heads.config import DraftLMConfig, EagleConfig, MedusaConfig
+from heads.draft_lm import DraftLM
+from heads.eagle import Eagle3Drafter
+from heads.medusa import MedusaHeads
+from heads.vocab import build_draft_vocab
+from tests.conftest import REPO
+from train.config import PlanConfig, RunConfig, register_configs
+from train.known_targets import KNOWN_TARGETS
+from train.planner import PlanError, _state_bytes, plan_run, read_launch, target_config
+
+REAL_RECIPES = ["eagle_llama8b", "eagle_llama70b", "medusa_vicuna7b"]
+
+
+def _run_config(micro_world, drafter, **plan) -> RunConfig:
+    cfg = RunConfig(drafter=drafter, plan=PlanConfig(**plan))
+    cfg.target.name_or_path = str(micro_world.target_dir)  # a local HF directory: its config.json is read
+    return cfg
+
+
+def _param_bytes(model):
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def test_planned_bytes_equal_the_real_models(micro_world, target, tokenizer):
+    real_target = _param_bytes(target)  # float32, as target.dtype says
+    torch.manual_seed(0)
+    cases = [
+        (DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1), DraftLM.from_config(DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1), target.config, tokenizer)),
+        (MedusaConfig(num_heads=3), MedusaHeads.from_target(MedusaConfig(num_heads=3), target)),
+        (EagleConfig(layer_ids=[0, 1, 2], draft_vocab_size=200), Eagle3Drafter.from_target(EagleConfig(layer_ids=[0, 1, 2], draft_vocab_size=200), target, build_draft_vocab(torch.ones(target.config.vocab_size), 200)[0])),
+    ]
+    for drafter_cfg, real in cases:
+        plan = plan_run(_run_config(micro_world, drafter_cfg, accelerate="single"))
+        assert plan["memory_per_gpu"]["target_weights"] == real_target
+        assert plan["drafter_params"] == sum(p.numel() for p in real.parameters())
+        assert plan["drafter_trainable_params"] == sum(p.numel() for p in real.parameters() if p.requires_grad)
+        trainable = plan["drafter_trainable_params"]
+        # one process, fp32 AdamW: 4 B weights (all), 4 B gradients + 8 B moments (trained ones)
+        assert plan["memory_per_gpu"]["drafter_weights"] == _param_bytes(real)
+        assert plan["memory_per_gpu"]["gradients"] == 4 * trainable
+        assert plan["memory_per_gpu"]["optimizer"] == 8 * trainable
+
+
+def test_zero_and_fsdp_shard_what_they_claim():
+    P, T, n = 1000, 600, 8
+    assert _state_bytes("ddp", n, True, P, T) == {"drafter_weights": 4 * P, "gradients": 4 * T, "optimizer": 8 * T}
+    assert _state_bytes("zero2", n, True, P, T) == {"drafter_weights": 2 * P, "gradients": 2 * T / n, "optimizer": 12 * T / n}
+    assert _state_bytes("zero3", n, True, P, T) == {"drafter_weights": 2 * P / n, "gradients": 2 * T / n, "optimizer": 12 * T / n}
+    assert _state_bytes("fsdp", n, True, P, T) == {"drafter_weights": 4 * P / n, "gradients": 4 * T / n, "optimizer": 8 * T / n}
+
+
+def test_launch_is_read_from_the_accelerate_configs():
+    assert (read_launch(PlanConfig(accelerate="zero3")).strategy, read_launch(PlanConfig(accelerate="zero3")).processes) == ("zero3", 8)
+    assert read_launch(PlanConfig(accelerate="ddp", num_processes=2)).processes == 2
+    assert read_launch(PlanConfig(accelerate=str(REPO / "conf" / "accelerate" / "fsdp.yaml"))).strategy == "fsdp"
+    with pytest.raises(PlanError, match="neither one of"):
+        read_launch(PlanConfig(accelerate="zero9"))
+
+
+def test_unknown_target_names_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty cache
+    with pytest.raises(PlanError, match="hf download acme/unknown-model config.json"):
+        target_config("acme/unknown-model")
+
+
+@pytest.mark.parametrize("recipe", REAL_RECIPES)
+def test_every_real_recipe_is_planned_offline_and_fits(recipe, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # nothing cached: the known-targets table answers
+    register_configs()
+    with initialize_config_module(config_module="conf", version_base=None):
+        cfg = OmegaConf.to_object(compose("config", overrides=[f"recipe={recipe}", "dry_run=true"]))
+    plan = plan_run(cfg)
+    assert plan["fits"], plan["memory_per_gpu"]
+    assert plan["target_params"] > 6e9 and plan["processes"] == 8
+    assert plan["train_hours"] > 0 and plan["steps"] == cfg.trainer.max_steps
+    if cfg.drafter.kind == "eagle3":  # three fused layers + the last hidden state, bf16, for every token
+        hidden = KNOWN_TARGETS[cfg.target.name_or_path]["hidden_size"]
+        assert plan["offline_feature_bytes"] == plan["samples"] * plan["tokens_per_sample_max"] * 4 * hidden * 2
+
+
+def test_dry_run_cli_writes_nothing_and_flags_a_misfit(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    ok = subprocess.run([sys.executable, "-m", "train", "recipe=eagle_llama70b", "dry_run=true"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "131.4 GiB" in ok.stdout and "fits" in ok.stdout and "offline features" in ok.stdout
+    small = subprocess.run([sys.executable, "-m", "train", "recipe=eagle_llama70b", "dry_run=true", "plan.gpu_memory_gb=80"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert small.returncode == 3
+    assert "DOES NOT FIT" in small.stdout and "frozen target alone exceeds one GPU" in small.stdout
+    assert {p.name for p in tmp_path.iterdir()} <= {"hf"}  # no run directory
+    assert not any(p.is_file() for p in (tmp_path / "hf").rglob("*")) if (tmp_path / "hf").exists() else True  # nothing downloaded

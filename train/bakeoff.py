@@ -1,0 +1,145 @@
+"""Drafter bake-off: several recipes' drafters, one target, one dataset, one evaluation, one verdict.
+
+Each contender keeps its recipe's drafter and trainer settings; the bake-off imposes its own
+target, data, eval settings and device, so the only difference left is the drafter family.
+Data is distilled once and shared. Every contender's run directory is a normal run directory
+(resumable stage by stage); the comparison lands in <run>/bakeoff/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import nullcontext
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from distill.run import distill
+from distill.shards import atomic_write_text
+from eval.report import pyplot, save_figure
+from eval.served import vllm_missing_reason
+
+SHARED = ("target", "data", "eval", "eval_split", "eval_prompts", "device")
+OUT = "bakeoff"
+
+
+def contender_config(name: str, shared: DictConfig, run_dir: Path, serve) -> DictConfig:
+    """Recipe `name` composed as `python -m train recipe=name` with bakeoff.overrides (all, then its own) would be, with the bake-off's shared settings."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    from train.config import register_configs
+
+    register_configs()
+    scope = nullcontext() if GlobalHydra.instance().is_initialized() else initialize_config_module(config_module="conf", version_base=None)
+    with scope:
+        extra = [*shared.bakeoff.overrides.get("all", []), *shared.bakeoff.overrides.get(name, [])]
+        cfg = compose("config", overrides=[f"recipe={name}", *extra])
+    for key in SHARED:
+        cfg[key] = shared[key]
+    cfg.eval.serve = serve
+    cfg.run_dir, cfg.stages = str(run_dir), ["train", "eval"]
+    return cfg
+
+
+def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> dict:
+    """Train and evaluate every contender under root/<recipe>; write the comparison; return it."""
+    cfg = OmegaConf.to_object(dict_config)
+    serve = "vllm" if cfg.bakeoff.serve == "auto" and vllm_missing_reason() is None else None
+    if cfg.bakeoff.serve == "auto" and serve is None:
+        print(f"bake-off: no served check ({vllm_missing_reason()})")
+    distill(cfg.target, cfg.data, root / "data", device)  # once, for every contender
+    rows = []
+    for name in cfg.bakeoff.recipes:
+        run_dir = root / name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if not (run_dir / "data").exists():
+            os.symlink(Path("..") / "data", run_dir / "data", target_is_directory=True)
+        print(f"bake-off: {name}")
+        results = run_pipeline(contender_config(name, dict_config, run_dir, serve))
+        rows.append(contender_row(name, run_dir, results["train"], results["eval"]))
+    comparison = {"contenders": rows, "recommended": recommend(rows), "served_check": serve is not None, "settings": OmegaConf.to_container(dict_config.eval, resolve=True)}
+    write_comparison(root / OUT, comparison)
+    return comparison
+
+
+def contender_row(name: str, run_dir: Path, train: dict, report: dict) -> dict:
+    served = report.get("served") or {}
+    return {
+        "recipe": name,
+        "kind": report["kind"],
+        "tau": report["tau"],
+        "alpha": report["alpha"],
+        "speedup": report["speedup"],
+        "lossless": report["lossless"],
+        "parameters": train["parameters"],
+        "train_seconds": train["seconds"],
+        "served_tau": served.get("tau"),
+        "served_verdict": served.get("verdict"),
+        "run_dir": str(run_dir),
+    }
+
+
+def recommend(rows: list[dict]) -> dict | None:
+    """The fastest lossless contender whose served check (if any) agreed; ties go to the higher τ."""
+    eligible = [r for r in rows if r["lossless"] and r["served_verdict"] in (None, "ok")]
+    if not eligible:
+        return None
+    best = max(eligible, key=lambda r: (r["speedup"], r["tau"]))
+    return {"recipe": best["recipe"], "kind": best["kind"], "reason": f"highest measured speed-up ({best['speedup']:.2f}×, τ {best['tau']:.2f}) among lossless contenders" + (" whose served check agreed" if best["served_verdict"] else "")}
+
+
+def write_comparison(out: Path, comparison: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    _plot(out / "comparison.png", comparison["contenders"])
+    atomic_write_text(out / "comparison.md", render_markdown(comparison))
+    atomic_write_text(out / "comparison.json", json.dumps(comparison, indent=2))
+    print(render_markdown(comparison))
+
+
+def render_markdown(comparison: dict) -> str:
+    rows = comparison["contenders"]
+    served = comparison["served_check"]
+    head = "| recipe | drafter | τ | α | speed-up | lossless | parameters | training |" + (" served τ | served check |" if served else "")
+    rule = "|---|---|---|---|---|---|---|---|" + ("---|---|" if served else "")
+    lines = [
+        f"| {r['recipe']} | {r['kind']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['speedup']:.2f}× | {'yes' if r['lossless'] else 'NO'} | {r['parameters'] / 1e6:.2f} M | {r['train_seconds'] / 60:.1f} min |"
+        + (f" {_num(r['served_tau'])} | {r['served_verdict'] or '—'} |" if served else "")
+        for r in rows
+    ]
+    s = comparison["settings"]
+    best = comparison["recommended"]
+    verdict = f"**Recommended: `{best['recipe']}` ({best['kind']})** — {best['reason']}." if best else "**No contender qualifies** (none is lossless with an agreeing served check)."
+    return "\n".join(
+        [
+            "# Drafter bake-off",
+            "",
+            f"Same target, same distilled data, same evaluation: {s['num_prompts']} prompts × {s['max_new_tokens']} tokens, γ = {s['num_speculative_tokens']}, temperature {s['temperature']}, tree {s['tree']}."
+            + (" Served τ: vLLM serving each export (1 + accepted drafts per step)." if served else " No served check (vLLM not installed)."),
+            "",
+            head,
+            rule,
+            *lines,
+            "",
+            verdict,
+            "",
+            "![comparison](comparison.png)",
+            "",
+        ]
+    )
+
+
+def _num(x) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+def _plot(path: Path, rows: list[dict]) -> None:
+    panels = [("tau", "τ (tokens / target forward)", 1), ("alpha", "α (acceptance rate)", 1), ("speedup", "speed-up ×", 1), ("parameters", "parameters (M)", 1e-6), ("train_seconds", "training (min)", 1 / 60)]
+    fig, axes = pyplot().subplots(1, len(panels), figsize=(3 * len(panels), 3))
+    names = [r["recipe"] for r in rows]
+    for ax, (key, label, scale) in zip(axes, panels):
+        ax.bar(names, [r[key] * scale for r in rows], color=["C0", "C1", "C2", "C3", "C4"][: len(rows)])
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    save_figure(fig, path)

@@ -1,0 +1,254 @@
+"""`python -m train recipe=… dry_run=true`: what a run will need, before any GPU hour is spent.
+
+The target and the drafter are built on PyTorch's meta device from the target's config.json (a
+local directory, the HF cache, or KNOWN_TARGETS), so parameter counts are exact while no weight
+is loaded and nothing is downloaded. Memory per GPU is weights + gradients + optimizer states
+under the chosen accelerate config (ZeRO's accounting) plus an activation estimate; time is a
+roofline estimate (training: FLOPs at plan.mfu; distillation: weight reads at plan.gpu_bandwidth_tbps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Optional
+
+import torch
+import yaml
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
+
+from distill.feature_store import bytes_needed
+from distill.target import TOYWORLD_PREFIX
+from heads.draft_lm import DraftLM
+from heads.eagle import Eagle3Drafter
+from heads.eagle1 import Eagle1Drafter
+from heads.medusa import MedusaHeads
+from heads.vocab import build_draft_vocab
+from train.config import PlanConfig
+from train.known_targets import KNOWN_TARGETS
+
+GIB = 2**30
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+STRATEGIES = ("single", "ddp", "zero2", "zero3", "fsdp")
+
+
+class PlanError(ValueError):
+    """The plan cannot be made (unknown target, bad accelerate config): message names the fix."""
+
+
+@dataclass
+class Launch:
+    strategy: str
+    processes: int
+    mixed_precision: str
+
+
+def read_launch(plan: PlanConfig) -> Launch:
+    """The strategy, process count and precision an accelerate config file describes."""
+    if plan.accelerate == "single":
+        return Launch("single", plan.num_processes or 1, "bf16")
+    path = Path(plan.accelerate)
+    if not path.suffix:
+        path = Path(str(resources.files("conf") / "accelerate" / f"{plan.accelerate}.yaml"))
+    if not path.is_file():
+        raise PlanError(f"plan.accelerate={plan.accelerate!r} is neither one of {list(STRATEGIES)} nor an accelerate config file")
+    raw = yaml.safe_load(path.read_text())
+    kind = raw.get("distributed_type", "NO")
+    if kind == "DEEPSPEED":
+        stage = int(raw.get("deepspeed_config", {}).get("zero_stage", 2))
+        if stage not in (2, 3):
+            raise PlanError(f"{path}: the planner accounts ZeRO stages 2 and 3, not {stage}")
+        strategy = f"zero{stage}"
+    else:
+        strategy = {"MULTI_GPU": "ddp", "FSDP": "fsdp", "NO": "single"}.get(kind)
+        if strategy is None:
+            raise PlanError(f"{path}: distributed_type {kind} is not planned; use DDP (MULTI_GPU), DEEPSPEED or FSDP")
+    return Launch(strategy, plan.num_processes or int(raw.get("num_processes", 1)), raw.get("mixed_precision", "no"))
+
+
+def target_config(name_or_path: str, trust_remote_code: bool = False) -> PretrainedConfig:
+    """The target's config from a local directory, the toy world, the HF cache, or KNOWN_TARGETS — never the network."""
+    if name_or_path.startswith(TOYWORLD_PREFIX):
+        from distill.toyworld.config import SIZES
+        from distill.toyworld.target import target_config as toy_config
+
+        size = name_or_path[len(TOYWORLD_PREFIX) :]
+        if size not in SIZES:
+            raise PlanError(f"unknown toy world {name_or_path!r}; use one of {[TOYWORLD_PREFIX + s for s in SIZES]}")
+        return toy_config(SIZES[size])
+    if Path(name_or_path, "config.json").is_file():
+        return AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    if name_or_path in KNOWN_TARGETS:
+        fields = dict(KNOWN_TARGETS[name_or_path])
+        return AutoConfig.for_model(fields.pop("model_type"), **fields)
+    try:
+        return AutoConfig.from_pretrained(name_or_path, local_files_only=True, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):
+        raise PlanError(
+            f"no config.json for {name_or_path!r}: not a local directory, not in the HF cache, not among the known targets "
+            f"{sorted(KNOWN_TARGETS)}; download it (`hf download {name_or_path} config.json --local-dir DIR`) and set target.name_or_path=DIR"
+        ) from None
+
+
+def _meta_models(cfg, config: PretrainedConfig):
+    """(target, drafter) with exact shapes on the meta device: no memory, no weights."""
+    with torch.device("meta"):
+        target = AutoModelForCausalLM.from_config(config, trust_remote_code=cfg.target.trust_remote_code)
+        kind = cfg.drafter.kind
+        if kind == "draft_lm":
+            if cfg.drafter.init:  # a pretrained draft LM: plan from its config.json likewise
+                drafter = AutoModelForCausalLM.from_config(target_config(cfg.drafter.init, cfg.target.trust_remote_code))
+            else:
+                drafter = DraftLM.from_config(cfg.drafter, config, SimpleNamespace(pad_token_id=config.pad_token_id)).model
+            if cfg.drafter.lora.enabled:
+                from peft import LoraConfig, get_peft_model
+
+                drafter = get_peft_model(drafter, LoraConfig(r=cfg.drafter.lora.r, lora_alpha=cfg.drafter.lora.alpha, target_modules=list(cfg.drafter.lora.target_modules), task_type="CAUSAL_LM"))
+        elif kind == "medusa":
+            drafter = MedusaHeads.from_target(cfg.drafter, target)
+        elif kind == "eagle3":
+            vocab, _ = build_draft_vocab(torch.zeros(config.vocab_size, device="cpu"), cfg.drafter.draft_vocab_size)
+            drafter = Eagle3Drafter.from_target(cfg.drafter, target, vocab)
+        elif kind == "eagle1":
+            drafter = Eagle1Drafter.from_target(cfg.drafter, target)
+        else:
+            raise PlanError(f"drafter.kind={kind!r} cannot be planned; use draft_lm, medusa, eagle3 or eagle1")
+    return target, drafter
+
+
+def param_bytes(model: torch.nn.Module, bytes_per_param: int | None = None) -> int:
+    """Bytes of the model's (deduplicated) parameters, at their own dtype unless bytes_per_param is given."""
+    return sum(p.numel() * (bytes_per_param or p.element_size()) for p in model.parameters())
+
+
+def _state_bytes(strategy: str, n: int, bf16: bool, all_params: int, trainable: int) -> dict[str, float]:
+    """Per-GPU bytes of drafter weights, gradients and AdamW states (ZeRO paper's accounting).
+
+    Without DeepSpeed the drafter trains in fp32 (autocast for bf16): 4 B weights, 4 B grads,
+    8 B Adam moments per parameter. DeepSpeed in bf16 keeps bf16 weights and grads plus fp32
+    master weights and moments (2 + 2 + 12 B); ZeRO-2 shards grads and optimizer states, ZeRO-3
+    and FSDP everything.
+    """
+    if strategy.startswith("zero") and bf16:
+        weights, grads, optim = 2 * all_params, 2 * trainable, 12 * trainable
+    else:
+        weights, grads, optim = 4 * all_params, 4 * trainable, 8 * trainable
+    if strategy == "zero2":
+        grads, optim = grads / n, optim / n
+    elif strategy in ("zero3", "fsdp"):
+        weights, grads, optim = weights / n, grads / n, optim / n
+    return {"drafter_weights": weights, "gradients": grads, "optimizer": optim}
+
+
+def _activation_bytes(cfg, config: PretrainedConfig, drafter_hidden: int, per_gpu_batch: int, target_bytes_per_value: int, act_bytes: int) -> dict[str, float]:
+    """Estimated peak activations (±2×): the target's no-grad forward, the drafter's saved tensors."""
+    tokens = per_gpu_batch * cfg.trainer.max_seq_len
+    H, I, V = config.hidden_size, config.intermediate_size, config.vocab_size
+    d = cfg.drafter
+    # target: one layer's transient tensors + its logits (and their float copy for the loss)
+    target = tokens * ((4 * H + 3 * I) * target_bytes_per_value + V * (target_bytes_per_value + 4))
+    layer = 34 * tokens * drafter_hidden * act_bytes // 2  # saved tensors of one decoder layer (flash/SDPA attention)
+    logits = lambda vocab: 3 * tokens * vocab * 4  # fp32 logits, log-softmax and its gradient
+    if d.kind == "draft_lm":
+        drafter = d.num_hidden_layers * layer + logits(V)
+    elif d.kind == "medusa":
+        drafter = d.num_heads * (2 * d.num_layers * tokens * H * act_bytes + logits(V))
+    elif d.kind == "eagle3":
+        target += tokens * 3 * H * target_bytes_per_value  # the three captured layers
+        drafter = d.ttt_steps * (2 * layer + logits(min(d.draft_vocab_size, V)))  # attention reads 2H per step
+    else:
+        drafter = 2 * layer + logits(V)
+    return {"target_activations": target, "drafter_activations": drafter}
+
+
+def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
+    """The plan of `cfg` (a RunConfig) as a dict of figures; nothing is loaded or written."""
+    plan = plan or cfg.plan
+    launch = read_launch(plan)
+    config = target_config(cfg.target.name_or_path, cfg.target.trust_remote_code)
+    target, drafter = _meta_models(cfg, config)
+    n = launch.processes
+    if cfg.trainer.batch_size % n:
+        raise PlanError(f"trainer.batch_size={cfg.trainer.batch_size} (global) does not split over {n} processes; make it a multiple of {n}")
+    dtype = cfg.target.dtype if cfg.target.dtype != "auto" else str(getattr(config, "torch_dtype", None) or "float32").replace("torch.", "")
+    t_bytes = DTYPE_BYTES.get(dtype, 4)
+    bf16 = launch.mixed_precision == "bf16"
+    target_bytes = param_bytes(target, t_bytes)
+    all_params = sum(p.numel() for p in drafter.parameters())
+    trainable = sum(p.numel() for p in drafter.parameters() if p.requires_grad)
+    memory = {"target_weights": target_bytes} | _state_bytes(launch.strategy, n, bf16, all_params, trainable)
+    hidden = getattr(getattr(drafter, "config", None), "hidden_size", None) or config.hidden_size
+    memory |= _activation_bytes(cfg, config, hidden, cfg.trainer.batch_size // n, t_bytes, 2 if bf16 else 4)
+    total = sum(memory.values())
+
+    d = cfg.data
+    samples = d.max_prompts + sum(m.max_prompts for m in d.mix)
+    sample_tokens = min(cfg.trainer.max_seq_len, d.max_prompt_tokens + d.sampling.max_new_tokens)
+    generated = samples * d.sampling.max_new_tokens
+    train_tokens = cfg.trainer.max_steps * cfg.trainer.batch_size * cfg.trainer.grad_accum * sample_tokens
+    embed = config.vocab_size * config.hidden_size
+    target_params = sum(p.numel() for p in target.parameters())
+    unroll = cfg.drafter.ttt_steps if cfg.drafter.kind == "eagle3" else 1
+    flops_per_token = 2 * (target_params - embed) + 6 * unroll * max(trainable - (embed if cfg.drafter.kind in ("eagle3", "eagle1") else 0), 0)
+    train_seconds = train_tokens * flops_per_token / (n * plan.gpu_tflops * 1e12 * plan.mfu)
+    tp = d.tensor_parallel_size if d.backend == "vllm" else 1
+    replicas = max(n // tp, 1) if d.backend == "vllm" else 1
+    decode_step = target_bytes / tp / (plan.gpu_bandwidth_tbps * 1e12)  # each step reads the weights once
+    distill_seconds = generated / (d.batch_size * replicas) * decode_step if d.regenerate else 0.0
+    features = cfg.drafter.kind in ("eagle3", "eagle1")
+    layers = 3 if cfg.drafter.kind == "eagle3" else 0
+    return {
+        "recipe": cfg.recipe_name,
+        "target": cfg.target.name_or_path,
+        "target_params": target_params,
+        "target_dtype": dtype,
+        "drafter_kind": cfg.drafter.kind,
+        "drafter_params": all_params,
+        "drafter_trainable_params": trainable,
+        "accelerate": plan.accelerate,
+        "strategy": launch.strategy,
+        "processes": n,
+        "mixed_precision": launch.mixed_precision,
+        "memory_per_gpu": {k: int(v) for k, v in memory.items()},
+        "memory_per_gpu_total": int(total),
+        "gpu_memory": int(plan.gpu_memory_gb * 1e9),  # GB as GPU vendors count  # GB as GPU vendors count
+        "fits": total <= plan.gpu_memory_gb * 1e9,
+        "samples": samples,
+        "tokens_per_sample_max": sample_tokens,
+        "distill_generated_tokens_max": generated,
+        "train_tokens_max": train_tokens,
+        "steps": cfg.trainer.max_steps,
+        "epochs": cfg.trainer.max_steps * cfg.trainer.batch_size * cfg.trainer.grad_accum / max(samples, 1),
+        "offline_feature_bytes": bytes_needed(samples * sample_tokens, layers, config.hidden_size) if features else 0,
+        "features": getattr(cfg.drafter, "features", None),
+        "distill_hours": distill_seconds / 3600,
+        "train_hours": train_seconds / 3600,
+    }
+
+
+def render_plan(p: dict) -> str:
+    """The plan as the lines `dry_run=true` prints."""
+    def gib(b: float) -> str:
+        return f"{b / GIB:8.1f} GiB" if b >= GIB / 10 else f"{b / 2**20:8.1f} MiB"
+
+    lines = [
+        f"plan for recipe {p['recipe']}: {p['drafter_kind']} drafter ({p['drafter_params'] / 1e6:.1f} M params, {p['drafter_trainable_params'] / 1e6:.1f} M trained) "
+        f"on {p['target']} ({p['target_params'] / 1e9:.2f} B params, {p['target_dtype']})",
+        f"launch: {p['strategy']} ({p['accelerate']}), {p['processes']} process(es), mixed precision {p['mixed_precision']}",
+        "memory per GPU:",
+        *(f"  {k:<20}{gib(v)}" for k, v in p["memory_per_gpu"].items()),
+        f"  {'total':<20}{gib(p['memory_per_gpu_total'])}  of {p['gpu_memory'] / GIB:.1f} GiB: " + ("fits" if p["fits"] else "DOES NOT FIT"),
+        f"data: {p['samples']} samples, ≤ {p['tokens_per_sample_max']} tokens each; distillation generates ≤ {p['distill_generated_tokens_max'] / 1e6:.1f} M tokens",
+        f"training: {p['steps']} steps, ≤ {p['train_tokens_max'] / 1e9:.2f} B tokens, {p['epochs']:.2f} epochs",
+    ]
+    if p["drafter_kind"] in ("eagle3", "eagle1"):
+        where = "written once (drafter.features=offline)" if p["features"] == "offline" else "not written (drafter.features=online; offline would need this much disk)"
+        lines.append(f"offline features: ≤ {p['offline_feature_bytes'] / 1e12:.2f} TB, {where}")
+    lines.append(f"time (roofline estimate): distillation {p['distill_hours']:.1f} h, training {p['train_hours']:.1f} h")
+    if not p["fits"] and p["memory_per_gpu"]["target_weights"] >= p["gpu_memory"]:
+        lines.append("does not fit: the frozen target alone exceeds one GPU, and every process holds a replica (drafthub does not shard a frozen target); use GPUs with more memory (plan.gpu_memory_gb) or a smaller target dtype")
+    elif not p["fits"]:
+        lines.append("does not fit: raise plan.num_processes under zero3/fsdp (drafter states shard; the frozen target is replicated), lower trainer.batch_size or trainer.max_seq_len, or use GPUs with more memory (plan.gpu_memory_gb)")
+    return "\n".join(lines)
