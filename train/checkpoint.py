@@ -20,6 +20,7 @@ def save_checkpoint(accelerator, root: Path, step: int, config: dict, keep_last:
     final = root / f"step-{step:07d}"
     tmp = root / f".tmp-step-{step:07d}"
     accelerator.save_state(str(tmp), safe_serialization=True)
+    accelerator.wait_for_everyone()  # every process has written its part (RNG state, ZeRO shards) before the rename
     if accelerator.is_main_process:
         (tmp / META).write_text(json.dumps({"step": step, "config": config}, indent=2))
         if final.exists():

@@ -64,6 +64,7 @@ class PlanConfig:
 class BakeoffConfig:
     recipes: List[str] = field(default_factory=list)  # contenders (recipe names) trained and evaluated alike; empty = a normal run
     serve: str = "auto"  # auto: served check of every contender where vLLM is installed | off
+    speedup_tie: float = 0.03  # speed-ups within this share of the fastest count as equal; then the higher τ is recommended
     overrides: Dict[str, List[str]] = field(default_factory=dict)  # per contender recipe (key "all": every one), applied after its recipe, e.g. {all: ["trainer.max_steps=1000"]}
 
 

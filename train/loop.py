@@ -57,8 +57,6 @@ def build_accelerator(cfg: TrainerConfig, project_dir: Path) -> Accelerator:
         deepspeed_plugin=plugin,
     )
     if accelerator.distributed_type == DistributedType.DEEPSPEED:
-        if cfg.batch_size % accelerator.num_processes:
-            raise ValueError(f"trainer.batch_size={cfg.batch_size} is the global batch and must divide over {accelerator.num_processes} processes; make it a multiple")
         # we feed batches ourselves (no prepared DataLoader), so DeepSpeed is told the per-process size
         accelerator.state.deepspeed_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = cfg.batch_size // accelerator.num_processes
     return accelerator

@@ -239,6 +239,8 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
     done = _read_json(paths.final / SUMMARY)
     if done and done["stage_hash"] == stage_hash:
         return done
+    if cfg.trainer.batch_size % _processes():
+        raise PipelineError(f"trainer.batch_size={cfg.trainer.batch_size} is the global batch and must split evenly over {_processes()} processes; make it a multiple of {_processes()}")
     # First, so that under `accelerate launch` every process waits here until the main one has distilled.
     accelerator = build_accelerator(cfg.trainer, paths.root)
     if accelerator.num_processes > 1:

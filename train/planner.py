@@ -191,7 +191,8 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
     embed = config.vocab_size * config.hidden_size
     target_params = sum(p.numel() for p in target.parameters())
     unroll = cfg.drafter.ttt_steps if cfg.drafter.kind == "eagle3" else 1
-    flops_per_token = 2 * (target_params - embed) + 6 * unroll * max(trainable - (embed if cfg.drafter.kind in ("eagle3", "eagle1") else 0), 0)
+    # target forward (its input embedding is a lookup, not FLOPs) + drafter forward/backward per unrolled step
+    flops_per_token = 2 * (target_params - embed) + 6 * unroll * trainable
     train_seconds = train_tokens * flops_per_token / (n * plan.gpu_tflops * 1e12 * plan.mfu)
     tp = d.tensor_parallel_size if d.backend == "vllm" else 1
     replicas = max(n // tp, 1) if d.backend == "vllm" else 1
@@ -236,7 +237,7 @@ def render_plan(p: dict) -> str:
     lines = [
         f"plan for recipe {p['recipe']}: {p['drafter_kind']} drafter ({p['drafter_params'] / 1e6:.1f} M params, {p['drafter_trainable_params'] / 1e6:.1f} M trained) "
         f"on {p['target']} ({p['target_params'] / 1e9:.2f} B params, {p['target_dtype']})",
-        f"launch: {p['strategy']} ({p['accelerate']}), {p['processes']} process(es), mixed precision {p['mixed_precision']}",
+        f"launch: {p['strategy']}" + (f" ({p['accelerate']})" if p["accelerate"] != p["strategy"] else "") + f", {p['processes']} process(es), mixed precision {p['mixed_precision']}",
         "memory per GPU:",
         *(f"  {k:<20}{gib(v)}" for k, v in p["memory_per_gpu"].items()),
         f"  {'total':<20}{gib(p['memory_per_gpu_total'])}  of {p['gpu_memory'] / GIB:.1f} GiB: " + ("fits" if p["fits"] else "DOES NOT FIT"),
