@@ -30,6 +30,11 @@ def mixed_precision(setting: str) -> str:
     return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"
 
 
+def launched_processes() -> int:
+    """Processes `accelerate launch` / torchrun started (their WORLD_SIZE); 1 for `python -m train`."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def build_accelerator(cfg: TrainerConfig, project_dir: Path) -> Accelerator:
     """The Accelerator for whatever `accelerate launch` set up (1 process, DDP, DeepSpeed, FSDP).
 
@@ -37,8 +42,7 @@ def build_accelerator(cfg: TrainerConfig, project_dir: Path) -> Accelerator:
     would ask for a GPU backend. Under DeepSpeed the trainer's batch, accumulation and clipping
     settings are written into its config, so one recipe means the same run under every launcher.
     """
-    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1  # set by accelerate launch / torchrun
-    handlers = [InitProcessGroupKwargs(backend="gloo")] if launched and not torch.cuda.is_available() else []
+    handlers = [InitProcessGroupKwargs(backend="gloo")] if launched_processes() > 1 and not torch.cuda.is_available() else []
     plugin = _deepspeed_plugin_from_env()
     if plugin is not None:
         plugin.deepspeed_config["gradient_accumulation_steps"] = cfg.grad_accum

@@ -42,7 +42,7 @@ from train.publish import PublishError, check_publishable, check_report, push_to
 from train.calibration import calibrate_medusa
 from train.losses import LOSSES
 from train.data import collate
-from train.loop import assign_state, best_weights, build_accelerator, full_state_dict, train_loop
+from train.loop import assign_state, best_weights, build_accelerator, full_state_dict, launched_processes, train_loop
 from train.objectives import DraftLMDistillation, Eagle1Distillation, Eagle3TrainingTimeTest, MedusaDistillation
 
 
@@ -87,11 +87,6 @@ def _identity(cfg: dict) -> dict:
     return {k: v for k, v in cfg.items() if k not in ("run_dir", "new_run", "stages", "device", "dry_run", "plan")}
 
 
-def _processes() -> int:
-    """Processes `accelerate launch` / torchrun started (their WORLD_SIZE), 1 for `python -m train`."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
 def _main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
@@ -100,8 +95,8 @@ def resolve_run_dir(cfg: RunConfig, cfg_dict: dict) -> Path:
     """run_dir if set; else the latest runs/<recipe>/* with the same config; else a new one."""
     if cfg.run_dir:
         return Path(cfg.run_dir)
-    if _processes() > 1:  # timestamps could differ between processes
-        raise PipelineError(f"{_processes()} processes were launched without run_dir; set run_dir=PATH so that every process uses the same run directory")
+    if launched_processes() > 1:  # timestamps could differ between processes
+        raise PipelineError(f"{launched_processes()} processes were launched without run_dir; set run_dir=PATH so that every process uses the same run directory")
     base = Path("runs") / cfg.recipe_name
     if not cfg.new_run and base.exists():
         for prev in sorted(base.iterdir(), reverse=True):
@@ -239,8 +234,8 @@ def _train_stage(cfg: RunConfig, cfg_dict: dict, paths: RunPaths, device, stage_
     done = _read_json(paths.final / SUMMARY)
     if done and done["stage_hash"] == stage_hash:
         return done
-    if cfg.trainer.batch_size % _processes():
-        raise PipelineError(f"trainer.batch_size={cfg.trainer.batch_size} is the global batch and must split evenly over {_processes()} processes; make it a multiple of {_processes()}")
+    if cfg.trainer.batch_size % launched_processes():
+        raise PipelineError(f"trainer.batch_size={cfg.trainer.batch_size} is the global batch and must split evenly over {launched_processes()} processes; make it a multiple of {launched_processes()}")
     # First, so that under `accelerate launch` every process waits here until the main one has distilled.
     accelerator = build_accelerator(cfg.trainer, paths.root)
     if accelerator.num_processes > 1:

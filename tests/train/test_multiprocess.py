@@ -30,13 +30,18 @@ def _env():
     return {**os.environ, "PYTHONPATH": str(REPO), "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
 
 
+def _assert_succeeded(r):
+    """rc 0, else the error lines of every process first (the launcher's own tail hides them)."""
+    errors = [line for line in r.stderr.splitlines() if "Error" in line or line.startswith("error")]
+    assert r.returncode == 0, "\n".join(errors[:20]) + "\n" + r.stderr[-2000:]
+
+
 def _train(run_dir, *launch, stages="[train]"):
     """`python -m train` (launch empty) or `accelerate launch LAUNCH -m train`, training stage only by default."""
     args = [*TRAIN, f"stages={stages}", f"run_dir={run_dir}", "eval.num_prompts=2", "eval.max_new_tokens=8", "eval.gamma_sweep=[1]"]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *launch, "--main_process_port", "0", "-m", "train", *args] if launch else [sys.executable, "-m", "train", *args]
     r = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
-    errors = [line for line in r.stderr.splitlines() if "Error" in line or line.startswith("error")]
-    assert r.returncode == 0, "\n".join(errors[:20]) + "\n" + r.stderr[-2000:]
+    _assert_succeeded(r)
     return r
 
 
@@ -53,8 +58,7 @@ def one_process(tmp_path_factory, micro_world):
     """The reference: distil once, train with 1 process; later runs copy its data."""
     root = tmp_path_factory.mktemp("one")
     r = subprocess.run([sys.executable, "-m", "train", *TRAIN, "stages=[distill,train]", f"run_dir={root}"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
-    errors = [line for line in r.stderr.splitlines() if "Error" in line or line.startswith("error")]
-    assert r.returncode == 0, "\n".join(errors[:20]) + "\n" + r.stderr[-2000:]
+    _assert_succeeded(r)
     return root
 
 
