@@ -38,7 +38,10 @@ def main(cfg) -> None:
     except DistillError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    print(f"{app.out_dir}: {manifest['counts']['samples']} samples, {manifest['counts']['assistant_tokens']} assistant tokens")
+    print(
+        f"{app.out_dir}: {manifest['counts']['samples']} samples, "
+        f"{manifest['counts']['assistant_tokens']} assistant tokens"
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,11 @@ def prompt_messages(messages: list[dict]) -> list[dict]:
 
 def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
     """Token ids of `messages` followed by the template's assistant generation prompt."""
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
+    return list(
+        tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)[
+            "input_ids"
+        ]
+    )
 
 
 def encode_chat(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:

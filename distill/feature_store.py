@@ -40,7 +40,16 @@ def bytes_needed(num_tokens: int, num_layers: int, hidden_size: int) -> int:
 
 
 @torch.no_grad()
-def write_features(target, dataset, out: Path, layer_ids: list[int], batch_size: int = 8, shard_size: int = 64, free_bytes: int | None = None) -> dict:
+def write_features(
+    target,
+    dataset,
+    out: Path,
+    layer_ids: list[int],
+    *,
+    batch_size: int = 8,
+    shard_size: int = 64,
+    free_bytes: int | None = None,
+) -> dict:
     """Write (or finish writing) the offline features of `dataset` (rows with input_ids); return the manifest."""
     hidden = target.get_output_embeddings().weight.shape[1]
     lengths = [len(ids) for ids in dataset["input_ids"]]
@@ -50,9 +59,15 @@ def write_features(target, dataset, out: Path, layer_ids: list[int], batch_size:
     remaining = sum(bytes_needed(sum(lengths[r] for r in shards[i]), len(layer_ids), hidden) for i in todo)
     existing = next(p for p in [out, *out.parents] if p.exists())  # the check runs before anything is created
     free = shutil.disk_usage(existing).free if free_bytes is None else free_bytes
-    print(f"offline features: {sum(lengths)} tokens × {need // max(sum(lengths), 1)} bytes = {need / 2**20:.1f} MiB in {out} ({remaining / 2**20:.1f} MiB still to write, {free / 2**20:.0f} MiB free)")
+    print(
+        f"offline features: {sum(lengths)} tokens × {need // max(sum(lengths), 1)} bytes = {need / 2**20:.1f} MiB "
+        f"in {out} ({remaining / 2**20:.1f} MiB still to write, {free / 2**20:.0f} MiB free)"
+    )
     if remaining > free:
-        raise DistillError(f"offline features need {remaining / 2**30:.2f} GiB more but {out} has {free / 2**30:.2f} GiB free; free some space, point run_dir elsewhere, or use drafter.features=online")
+        raise DistillError(
+            f"offline features need {remaining / 2**30:.2f} GiB more but {out} has {free / 2**30:.2f} GiB free; "
+            "free some space, point run_dir elsewhere, or use drafter.features=online"
+        )
     out.mkdir(parents=True, exist_ok=True)
     device = next(target.parameters()).device
     for i in tqdm(todo, desc="features", unit="shard"):
@@ -76,7 +91,16 @@ def write_features(target, dataset, out: Path, layer_ids: list[int], batch_size:
         tmp = out / f".tmp-{i:05d}.safetensors"
         save_file(tensors, str(tmp))
         os.replace(tmp, _shard_path(out, i))
-    manifest = {"layer_ids": list(layer_ids), "hidden_size": hidden, "dtype": "bfloat16", "shard_size": shard_size, "tokens": sum(lengths), "bytes": need, "bytes_per_token": need // max(sum(lengths), 1), "rows": len(lengths)}
+    manifest = {
+        "layer_ids": list(layer_ids),
+        "hidden_size": hidden,
+        "dtype": "bfloat16",
+        "shard_size": shard_size,
+        "tokens": sum(lengths),
+        "bytes": need,
+        "bytes_per_token": need // max(sum(lengths), 1),
+        "rows": len(lengths),
+    }
     atomic_write_text(out / "manifest.json", json.dumps(manifest, indent=2))
     return manifest
 
@@ -92,7 +116,9 @@ class FeatureStore:
         self.root = Path(root)
         manifest = self.root / "manifest.json"
         if not manifest.exists():
-            raise DistillError(f"no complete offline features in {self.root}; run training with drafter.features=offline to write them")
+            raise DistillError(
+                f"no complete offline features in {self.root}; run training with drafter.features=offline to write them"
+            )
         self.manifest = json.loads(manifest.read_text())
 
     def batch(self, rows: list[int], width: int) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -104,5 +130,8 @@ class FeatureStore:
                 if self.manifest["layer_ids"]:
                     feats.append(f.get_tensor(f"features_{r}")[:width].float())
                 lasts.append(f.get_tensor(f"last_hidden_{r}")[:width].float())
-        pad = lambda xs: torch.stack([torch.nn.functional.pad(x, (0, 0, 0, width - x.shape[0])) for x in xs])  # noqa: E731
+
+        def pad(xs):
+            return torch.stack([torch.nn.functional.pad(x, (0, 0, 0, width - x.shape[0])) for x in xs])
+
         return (pad(feats) if feats else None), pad(lasts)

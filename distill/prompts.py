@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from distill.errors import DistillError
 from distill.chat import ROLES
+from distill.errors import DistillError
 
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
@@ -44,7 +44,10 @@ def _load_dataset(*args, **kwargs):
     try:
         return datasets.load_dataset(*args, **kwargs)
     except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as e:
-        raise DistillError(f"could not load prompts {args[0]!r} ({type(e).__name__}: {str(e).splitlines()[0]}); check data.prompts and data.split") from None
+        raise DistillError(
+            f"could not load prompts {args[0]!r} ({type(e).__name__}: {str(e).splitlines()[0]}); "
+            "check data.prompts and data.split"
+        ) from None
 
 
 def _is_jsonl(path: Path) -> bool:
@@ -64,10 +67,12 @@ def _read_jsonl(path: Path) -> list[list[dict]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise DistillError(f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno}); fix or remove that line") from None
+                raise DistillError(
+                    f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno}); fix or remove that line"
+                ) from None
             out.append(_conversation(row, f"{path}:{lineno}"))
     if not out:
-        raise DistillError(f"{path} holds no conversations; add lines of the form {{\"messages\": [...]}}")
+        raise DistillError(f'{path} holds no conversations; add lines of the form {{"messages": [...]}}')
     return out
 
 
@@ -82,12 +87,17 @@ def _conversation(row, where: str) -> list[dict]:
     if "messages" in row:
         messages = row["messages"]
     elif "conversations" in row:  # ShareGPT
-        messages = [{"role": _SHAREGPT_ROLES.get(m.get("from"), m.get("from")), "content": m.get("value")} for m in row["conversations"] or []]
+        messages = [
+            {"role": _SHAREGPT_ROLES.get(m.get("from"), m.get("from")), "content": m.get("value")}
+            for m in row["conversations"] or []
+        ]
     else:
         raise DistillError(f"{where}: no 'messages' (or ShareGPT 'conversations') field; found {sorted(row)}")
     if not isinstance(messages, list) or not messages:
         raise DistillError(f"{where}: 'messages' must be a non-empty list of {{role, content}} objects")
     for m in messages:
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-            raise DistillError(f"{where}: each message needs a role in {list(ROLES)} and a string content; got {m!r:.80}")
+            raise DistillError(
+                f"{where}: each message needs a role in {list(ROLES)} and a string content; got {m!r:.80}"
+            )
     return [{"role": m["role"], "content": m["content"]} for m in messages]

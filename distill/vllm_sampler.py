@@ -15,10 +15,23 @@ from typing import Optional
 from distill.config import TargetConfig
 from distill.errors import DistillError
 
+
 class VLLMSampler:
     """Answers prompts with vLLM's `LLM.generate` on token prompts."""
 
-    def __init__(self, model_path: str, target: TargetConfig, eos_ids: set[int], temperature: float, top_p: float, max_new_tokens: int, max_model_len: int, tensor_parallel_size: int = 1, memory_fraction: Optional[float] = None):
+    def __init__(
+        self,
+        model_path: str,
+        target: TargetConfig,
+        eos_ids: set[int],
+        *,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        max_model_len: int,
+        tensor_parallel_size: int = 1,
+        memory_fraction: Optional[float] = None,
+    ):
         import torch
         from vllm import LLM
 
@@ -31,7 +44,8 @@ class VLLMSampler:
             dtype=target.dtype,  # drafthub's names (float32, bfloat16, float16, auto) are vLLM's
             trust_remote_code=target.trust_remote_code,
             tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=memory_fraction or (0.9 if on_gpu else 0.2),  # the CPU build reserves this share of RAM
+            # the CPU build reserves this share of RAM
+            gpu_memory_utilization=memory_fraction or (0.9 if on_gpu else 0.2),
             enforce_eager=not on_gpu,  # compiling for CPU costs more than a distillation batch
             max_model_len=max_model_len,
             seed=0,
@@ -60,7 +74,10 @@ class VLLMSampler:
     def _answer(self, completion) -> tuple[list[int], str]:
         ids = list(completion.token_ids)
         if completion.finish_reason == "stop" and (not ids or ids[-1] not in self.eos_ids):
-            raise DistillError("vLLM stopped an answer without its end token; this vLLM version drops stop tokens, which the loss masks need — use data.backend=hf or another vLLM version")
+            raise DistillError(
+                "vLLM stopped an answer without its end token; this vLLM version drops stop tokens, "
+                "which the loss masks need — use data.backend=hf or another vLLM version"
+            )
         return ids, "stop" if completion.finish_reason == "stop" else "length"
 
     def close(self) -> None:

@@ -1,14 +1,14 @@
 """`python -m eval drafter_dir=DIR prompts=FILE.jsonl out_dir=DIR [target_path=NAME_OR_PATH]`.
 
-Measures an exported drafter directory (draft LM, Medusa, EAGLE-1 or EAGLE-3) against its target (read from the drafter's
-drafthub.json unless given) and writes eval_report.json, eval_samples.jsonl and report.md.
+Measures an exported drafter directory (any family in heads/families.py) against its target (read from the
+drafter's drafthub.json unless given) and writes eval_report.json, eval_samples.jsonl and report.md. Prompts are
+templated exactly as the pipeline's eval stage templates them (eval/prompts.py).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
@@ -23,13 +23,14 @@ from eval.errors import EvalError
 
 @dataclass
 class EvalAppConfig:
-    drafter_dir: str = MISSING  # exported drafter directory (HF causal LM or vLLM Medusa format, + drafthub.json)
+    drafter_dir: str = MISSING  # exported drafter directory (a run's drafter/, in its family's serving format)
     prompts: str = MISSING  # JSONL of {"messages": [...]} conversations
     out_dir: str = MISSING  # where the report goes
     target_path: Optional[str] = None  # target name or path; None = the one in drafter/drafthub.json
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     trust_remote_code: bool = False  # only for targets whose code you trust
-    chat_template: Optional[str] = None  # Jinja template for the prompts; None = the drafter's training template (drafthub.json), else the tokenizer's
+    # Jinja template for the prompts; None = the drafter's training template (drafthub.json), else the tokenizer's
+    chat_template: Optional[str] = None
     serve: Optional[str] = None  # vllm = also serve drafter_dir with vLLM and compare (shorthand for eval.serve=vllm)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
@@ -54,7 +55,10 @@ def _chat_template(app: "EvalAppConfig", drafter: Path, tokenizer) -> None:
     recipe_template = ((_provenance(drafter).get("recipe") or {}).get("target") or {}).get("chat_template")
     tokenizer.chat_template = app.chat_template or recipe_template or tokenizer.chat_template
     if not tokenizer.chat_template:
-        raise EvalError("the target's tokenizer has no chat template; pass chat_template=<the Jinja template the target was trained with>")
+        raise EvalError(
+            "the target's tokenizer has no chat template; "
+            "pass chat_template=<the Jinja template the target was trained with>"
+        )
 
 
 @hydra.main(config_path="pkg://conf", config_name="eval", version_base=None)
@@ -63,7 +67,7 @@ def main(cfg) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from eval.prompts import read_prompt_ids
-    from eval.drafters import load_proposer
+    from eval.proposers import load_proposer
     from eval.run import evaluate
     from eval.served import served_hook, vllm_missing_reason
     from heads.errors import HeadsError
@@ -76,7 +80,13 @@ def main(cfg) -> None:
         device = torch.device(app.device if app.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
         tokenizer = AutoTokenizer.from_pretrained(target_name, trust_remote_code=app.trust_remote_code)
         _chat_template(app, drafter, tokenizer)
-        target = AutoModelForCausalLM.from_pretrained(target_name, trust_remote_code=app.trust_remote_code, use_safetensors=True).eval().to(device)
+        target = (
+            AutoModelForCausalLM.from_pretrained(
+                target_name, trust_remote_code=app.trust_remote_code, use_safetensors=True
+            )
+            .eval()
+            .to(device)
+        )
         proposer, kind = load_proposer(drafter, target, len(tokenizer), app.eval, device)
         prompts = read_prompt_ids(app.prompts, tokenizer, app.eval.num_prompts + app.eval.warmup_prompts)
         eos = target.generation_config.eos_token_id
@@ -87,14 +97,30 @@ def main(cfg) -> None:
             if vllm_missing_reason():
                 raise EvalError(f"serve=vllm: {vllm_missing_reason()}")
             chain_cfg = replace(app.eval, tree=None)
-            served = served_hook(app.eval, target, target_name, kind, lambda report: nullcontext(drafter), lambda: load_proposer(drafter, target, len(tokenizer), chain_cfg, device)[0], eos_ids, len(tokenizer), app.trust_remote_code)
-        report = evaluate(target, proposer, prompts, app.eval, eos_ids, len(tokenizer), names, out_dir=app.out_dir, served=served)
+            served = served_hook(
+                app.eval,
+                target_model=target,
+                target_path=target_name,
+                export_dir=drafter,
+                chain_proposer=lambda: load_proposer(drafter, target, len(tokenizer), chain_cfg, device)[0],
+                eos_ids=eos_ids,
+                vocab_size=len(tokenizer),
+                trust_remote_code=app.trust_remote_code,
+            )
+        report = evaluate(
+            target, proposer, prompts, app.eval, eos_ids, len(tokenizer), names, out_dir=app.out_dir, served=served
+        )
     except (EvalError, HeadsError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    summary = {k: report[k] for k in ("tau", "alpha", "speedup", "predicted_speedup", "lossless", "recommended_num_speculative_tokens")}
+    summary = {
+        k: report[k]
+        for k in ("tau", "alpha", "speedup", "predicted_speedup", "lossless", "recommended_num_speculative_tokens")
+    }
     if "served" in report:
-        summary["served"] = {k: report["served"][k] for k in ("tau", "per_position_acceptance", "equal_prompts", "verdict")}
+        summary["served"] = {
+            k: report["served"][k] for k in ("tau", "per_position_acceptance", "equal_prompts", "verdict")
+        }
     print(json.dumps(summary))
     if report.get("served", {}).get("verdict") == "broken":
         print(f"error: the served check failed: {report['served']['reason']}", file=sys.stderr)

@@ -20,8 +20,12 @@ class VLLMServeConfig:
     """How vLLM is started for the served check (eval.serve=vllm)."""
 
     tensor_parallel_size: int = 1
-    memory_fraction: Optional[float] = None  # vLLM's gpu_memory_utilization (its CPU build: share of RAM); None = 0.9 on GPU, 0.2 on CPU
-    enforce_eager: Optional[bool] = None  # None = eager on CPU (compiling costs more than the check), CUDA graphs on GPU
+    memory_fraction: Optional[float] = (
+        None  # vLLM's gpu_memory_utilization (its CPU build: share of RAM); None = 0.9 on GPU, 0.2 on CPU
+    )
+    enforce_eager: Optional[bool] = (
+        None  # None = eager on CPU (compiling costs more than the check), CUDA graphs on GPU
+    )
 
 
 @dataclass
@@ -29,7 +33,9 @@ class EvalConfig:
     num_prompts: int = 32  # held-out prompts decoded (autoregressively, then speculatively per γ)
     max_new_tokens: int = 64  # tokens decoded per prompt
     num_speculative_tokens: int = 4  # γ: draft tokens proposed per target forward (chains)
-    gamma_sweep: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 6, 8])  # γ values also measured to recommend one; [] = off
+    gamma_sweep: list[int] = field(
+        default_factory=lambda: [1, 2, 3, 4, 6, 8]
+    )  # γ values also measured to recommend one; [] = off
     # null = chains of γ; [3, 2, 1] = children per depth (draft LM: top-k / draws per node; Medusa:
     # top-k of head d); drafter = the tree saved with the drafter (Medusa: built from head accuracy)
     # dynamic = EAGLE-2's dynamic tree shaped by eval.dynamic_tree (EAGLE drafters, greedy)

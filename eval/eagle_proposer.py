@@ -45,7 +45,9 @@ class EagleProposer:
         self.cache = self.drafter.new_cache(batch_size, device)
         self.buffer: list[list[torch.Tensor]] = [[] for _ in range(batch_size)]  # waiting features per row, (F,) each
         self.fed = [0] * batch_size  # positions with an entry in the cache
-        self.last_hidden = torch.zeros(batch_size, self.drafter.arch.hidden_size, device=device, dtype=self.drafter.fc.weight.dtype)
+        self.last_hidden = torch.zeros(
+            batch_size, self.drafter.arch.hidden_size, device=device, dtype=self.drafter.fc.weight.dtype
+        )
 
     def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
         if features is None:
@@ -67,7 +69,10 @@ class EagleProposer:
                 feats[b, : len(row)] = torch.stack(row)
         counts = [len(r) for r in self.buffer]
         positions = torch.tensor([[self.fed[b] + i for i in range(width)] for b in range(B)], device=device)
-        tokens = torch.tensor([[s[min(self.fed[b] + i + 1, len(s) - 1)] for i in range(width)] for b, s in enumerate(sequences)], device=device)
+        tokens = torch.tensor(
+            [[s[min(self.fed[b] + i + 1, len(s) - 1)] for i in range(width)] for b, s in enumerate(sequences)],
+            device=device,
+        )
         valid = torch.arange(width, device=device)[None] < torch.tensor(counts, device=device)[:, None]
         out = self.drafter.decode(self.cache, self.drafter.fuse(feats), tokens, positions, valid)  # (B, width, H)
         last = torch.tensor([max(c - 1, 0) for c in counts], device=device)
@@ -80,14 +85,18 @@ class EagleProposer:
     def _to_target(self, draft_logits: torch.Tensor) -> torch.Tensor:
         """(…, D) draft-vocabulary logits → (…, V) target-vocabulary logits (−inf off the draft vocab)."""
         if self._draft_ids is None:
-            ids = self.drafter.draft_to_target(torch.arange(self.drafter.arch.draft_vocab_size, device=draft_logits.device))
+            ids = self.drafter.draft_to_target(
+                torch.arange(self.drafter.arch.draft_vocab_size, device=draft_logits.device)
+            )
             self._keep = ids < self.vocab_size  # embedding rows past the tokenizer are never proposed
             self._draft_ids = ids[self._keep]
         full = draft_logits.new_full((*draft_logits.shape[:-1], self.vocab_size), float("-inf"))
         return full.index_copy(-1, self._draft_ids, draft_logits[..., self._keep])
 
     @torch.no_grad()
-    def propose(self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None) -> Proposal:
+    def propose(
+        self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None
+    ) -> Proposal:
         self._append_verified(sequences)
         width = self.cache.width
         if self.tree:
@@ -104,8 +113,6 @@ class EagleProposer:
         valid = torch.ones(B, 1, dtype=torch.bool, device=device)
         tokens, probs = [], []
         for i in range(gamma):
-            if i:
-                hidden = self.drafter.decode(self.cache, hidden, token[:, None], positions + i - 1, valid)
             logits = self._to_target(self.drafter.logits(hidden[:, -1]))  # (B, V)
             if params.greedy:
                 token = logits.argmax(-1)
@@ -114,6 +121,8 @@ class EagleProposer:
                 token = sample(q, generator)
                 probs.append(q)
             tokens.append(token)
+            if i + 1 < gamma:
+                hidden = self.drafter.decode(self.cache, hidden, token[:, None], positions + i, valid)
         return Proposal(torch.stack(tokens, 1), torch.stack(probs, 1) if probs else None)
 
     def _log_probs(self, draft_logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -139,9 +148,19 @@ class EagleProposer:
         for d in range(1, depth):
             n_prev = (d - 1) * k  # nodes of shallower depths (= drafted entries already cached)
             see = anc[:, n_prev:]  # (B, k, n_prev + k) which drafted entries each new entry sees
-            cache_mask = torch.cat([self.cache.valid[:, None, :verified].expand(B, k, verified), see[:, :, :n_prev]], -1)
+            cache_mask = torch.cat(
+                [self.cache.valid[:, None, :verified].expand(B, k, verified), see[:, :, :n_prev]], -1
+            )
             positions = (base + d - 1)[:, None].expand(B, k)
-            out = self.drafter.decode(self.cache, hidden_in, tokens[-1], positions, torch.ones(B, k, dtype=torch.bool, device=device), see[:, :, n_prev:], cache_mask)
+            out = self.drafter.decode(
+                self.cache,
+                hidden_in,
+                tokens[-1],
+                positions,
+                torch.ones(B, k, dtype=torch.bool, device=device),
+                see[:, :, n_prev:],
+                cache_mask,
+            )
             child = self._log_probs(self.drafter.logits(out), params) + scores[-1][..., None]  # (B, k, V) cumulative
             score, flat = child.reshape(B, -1).topk(k, dim=-1)
             parent_local = flat // self.vocab_size
@@ -166,8 +185,8 @@ class EagleProposer:
         remap = torch.full_like(all_tok, -1).scatter(1, order, torch.arange(width, device=device).expand(B, -1))
         par = all_par.gather(1, order)
         new_par = torch.where(par >= 0, remap.gather(1, par.clamp(min=0)), par)
-        # Rows keeping fewer nodes pad with copies of their first node's token under a dead parent chain:
-        # padding nodes hang off the root with the same token as node 0, so they can never beat it.
+        # Rows keeping fewer nodes pad with copies of their first node's token: padding nodes hang
+        # off the root with the same token as node 0, so they can never beat it.
         new_par = torch.where(valid, new_par, torch.full_like(new_par, -1))
         toks = torch.where(valid, all_tok.gather(1, order), all_tok.gather(1, order[:, :1]).expand(-1, width))
         point_masses = None if params.greedy else torch.nn.functional.one_hot(toks, self.vocab_size).float()

@@ -47,7 +47,10 @@ def _check_full_attention(model) -> None:
     """Slot surgery and our 4D masks assume every layer attends to every earlier token."""
     kinds = set(getattr(model.config, "layer_types", None) or ["full_attention"])
     if kinds != {"full_attention"}:
-        raise ValueError(f"{model.config.model_type} layers of type {sorted(kinds - {'full_attention'})} are not supported; the engine needs full attention in every layer")
+        raise ValueError(
+            f"{model.config.model_type} layers of type {sorted(kinds - {'full_attention'})} are not supported; "
+            "the engine needs full attention in every layer"
+        )
 
 
 def keep_first(kept: list[list[int]], width: int, device) -> torch.Tensor:
@@ -74,7 +77,14 @@ class SlotCache:
             return [self.valid.shape[1]] * self.valid.shape[0]
         return self.valid.sum(1).tolist()  # host sync
 
-    def forward(self, model, input_ids: torch.Tensor, parents: Optional[torch.Tensor] = None, input_valid: Optional[torch.Tensor] = None, **kwargs):
+    def forward(
+        self,
+        model,
+        input_ids: torch.Tensor,
+        parents: Optional[torch.Tensor] = None,
+        input_valid: Optional[torch.Tensor] = None,
+        **kwargs,
+    ):
         """Run `model` on a block of new tokens appended to the cache.
 
         Args:
@@ -104,7 +114,14 @@ class SlotCache:
         position_ids = self.valid.sum(1, keepdim=True) + depth.clamp_min(0)
         dtype = next(model.parameters()).dtype
         mask = torch.zeros(see.shape, dtype=dtype, device=see.device).masked_fill(~see, torch.finfo(dtype).min)
-        out = model(input_ids=input_ids, attention_mask=mask[:, None], position_ids=position_ids, past_key_values=self.cache, use_cache=True, **kwargs)
+        out = model(
+            input_ids=input_ids,
+            attention_mask=mask[:, None],
+            position_ids=position_ids,
+            past_key_values=self.cache,
+            use_cache=True,
+            **kwargs,
+        )
         self.valid = torch.cat([self.valid, input_valid], dim=1)
         self.dense = self.dense and bool(input_valid.all())  # host sync, only off the fast path
         return out
@@ -139,7 +156,8 @@ class SlotCache:
             return
         order = keep_first(kept, width, self.valid.device)  # (B, width)
         for layer in self.cache.layers:
-            idx = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])  # (B, heads, width, d)
+            # (B, heads, width, d)
+            idx = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
             layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys[:, :, start:].gather(2, idx)], dim=2)
             layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, start:].gather(2, idx)], dim=2)
         counts = torch.tensor([len(k) for k in kept], device=self.valid.device)

@@ -31,17 +31,27 @@ class MedusaProposer:
 
     target_layer_ids = (-1,)  # the final normed hidden state (transformers ties hidden_states[-1] to it)
 
-    def __init__(self, heads: MedusaHeads, vocab_size: int, tree: Optional[list[tuple[int, ...]]] = None, topk_candidates: bool = False):
+    def __init__(
+        self,
+        heads: MedusaHeads,
+        vocab_size: int,
+        tree: Optional[list[tuple[int, ...]]] = None,
+        topk_candidates: bool = False,
+    ):
         self.heads, self.vocab_size, self.topk_candidates = heads, vocab_size, topk_candidates
         self.max_num_speculative_tokens = heads.num_heads
         self.tree = [tuple(p) for p in tree] if tree else None
         self.tree_depth = max(map(len, self.tree)) if self.tree else None
         if self.tree_depth and self.tree_depth > heads.num_heads:
-            raise ValueError(f"a depth-{self.tree_depth} tree needs {self.tree_depth} Medusa heads; these have {heads.num_heads}")
+            raise ValueError(
+                f"a depth-{self.tree_depth} tree needs {self.tree_depth} Medusa heads; these have {heads.num_heads}"
+            )
         self.hidden: Optional[torch.Tensor] = None  # (B, H) newest target hidden state per row
 
     def reset(self, batch_size: int, device: torch.device) -> None:
-        self.hidden = torch.zeros(batch_size, self.heads.hidden_size, device=device, dtype=next(self.heads.parameters()).dtype)
+        self.hidden = torch.zeros(
+            batch_size, self.heads.hidden_size, device=device, dtype=next(self.heads.parameters()).dtype
+        )
         if self.tree:
             self._parents = torch.tensor(tree_parents(self.tree), device=device)  # (N,)
             self._depth = torch.tensor([len(p) - 1 for p in self.tree], device=device)  # (N,) head index
@@ -52,11 +62,15 @@ class MedusaProposer:
         if features is None:
             return
         count = features.valid.sum(1)  # (B,)
-        last = features.states.gather(1, (count - 1).clamp(min=0)[:, None, None].expand(-1, 1, features.states.shape[-1]))[:, 0]  # (B, H)
+        last = features.states.gather(
+            1, (count - 1).clamp(min=0)[:, None, None].expand(-1, 1, features.states.shape[-1])
+        )[:, 0]  # (B, H)
         self.hidden = torch.where((count > 0)[:, None], last.to(self.hidden.dtype), self.hidden)
 
     @torch.no_grad()
-    def propose(self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None) -> Proposal:
+    def propose(
+        self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None
+    ) -> Proposal:
         depth = self.tree_depth or num_speculative_tokens
         if depth > self.heads.num_heads:
             raise ValueError(f"Medusa proposes at most {self.heads.num_heads} tokens (one per head); asked for {depth}")
@@ -73,5 +87,6 @@ class MedusaProposer:
             ranked = logits.topk(int(self._rank.max()) + 1, dim=-1).indices  # (B, D, R)
             return Proposal(ranked[:, self._depth, self._rank], None, parents)
         q = probs_from_logits(logits, params)[:, self._depth]  # (B, N, V): node j's q is its head's
-        tokens = torch.multinomial(q.flatten(0, 1), 1, generator=generator).view(batch, -1)  # an independent draw per node
+        # an independent draw per node
+        tokens = torch.multinomial(q.flatten(0, 1), 1, generator=generator).view(batch, -1)
         return Proposal(tokens, q, parents)

@@ -3,24 +3,37 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from eval.speculative import DecodeStats
 
 
-def summarize(accept_counts: list[int], gamma: int, new_tokens: int) -> dict:
+def summarize(accept_counts: list[int], gamma: int, new_tokens: int, draft_counts: Optional[list[int]] = None) -> dict:
     """τ, α and per-position acceptance from accepted counts, one per step of each row.
 
+    draft_counts: real draft tokens of those same steps (a chain drafter that may propose fewer
+        than γ, e.g. n-gram lookup); None = γ at every step (for trees γ is the tree depth).
+
     τ = tokens generated / target verification forwards per row (bonus included; plain decoding = 1).
-    α = accepted draft tokens / proposed draft tokens (chains; for trees γ is the tree depth).
-    per_position[i] = share of steps that accepted at least i+1 draft tokens.
+    α = accepted draft tokens / proposed draft tokens.
+    per_position[i] = share of drafting steps (≥ 1 draft token) that accepted at least i+1 draft
+        tokens — vLLM's accepted_per_pos / num_drafts, since vLLM counts a draft only where a request
+        was given draft tokens. When every step drafts (every drafter but n-gram) it is the share of
+        all steps, and 1 + Σ per_position = 1 + accepted / drafting steps is vLLM's served τ.
     """
     steps = len(accept_counts)
-    accepted = sum(accept_counts)
+    draft_counts = [gamma] * steps if draft_counts is None else draft_counts
+    accepted, proposed = sum(accept_counts), sum(draft_counts)
+    drafted = [c for c, n in zip(accept_counts, draft_counts) if n > 0]  # accept counts of drafting steps
+    per_position = [sum(c > i for c in drafted) / len(drafted) if drafted else 0.0 for i in range(gamma)]
     return {
         "tau": new_tokens / steps if steps else 0.0,
-        "alpha": accepted / (steps * gamma) if steps else 0.0,
-        "per_position_acceptance": [sum(c > i for c in accept_counts) / steps if steps else 0.0 for i in range(gamma)],
+        "alpha": accepted / proposed if proposed else 0.0,
+        "per_position_acceptance": per_position,
         "steps": steps,
+        "drafting_steps": len(drafted),  # vLLM's num_drafts
+        "proposed_draft_tokens": proposed,  # vLLM's num_draft_tokens
+        "accepted_draft_tokens": accepted,  # vLLM's num_accepted_tokens
     }
 
 
@@ -56,9 +69,12 @@ class Tally:
 def decode_figures(tally: Tally, ar: Tally, depth: int, is_chain: bool) -> dict:
     """Acceptance, speed and the cost model for one γ (ARCHITECTURE: Metrics)."""
     s = tally.stats
-    summary = summarize(s.accept_counts, depth, tally.tokens)
+    # Chains count their real drafts (fewer than γ for n-gram lookup); trees keep γ = their depth.
+    summary = summarize(s.accept_counts, depth, tally.tokens, s.draft_counts if is_chain else None)
     target_per_forward = s.target_seconds / s.target_forwards
-    cost_ratio = (s.draft_seconds / s.proposed_tokens) / target_per_forward  # per batch step on both sides
+    # Per batch step on both sides. With no draft token at all (n-gram lookup that never matched) it is
+    # 0, and the predicted speed-up is plain decoding's 1.
+    cost_ratio = (s.draft_seconds / s.proposed_tokens) / target_per_forward if s.proposed_tokens else 0.0
     draft_per_step = s.draft_seconds / s.target_forwards
     return {
         "tau": summary["tau"],
@@ -75,7 +91,12 @@ def decode_figures(tally: Tally, ar: Tally, depth: int, is_chain: bool) -> dict:
             "draft": draft_per_step,
             "target_forward": target_per_forward,
             "verify_and_cache": s.verify_seconds / s.target_forwards,
-            "other": tally.seconds / s.target_forwards - (s.draft_seconds + s.target_seconds + s.verify_seconds) / s.target_forwards,
+            "other": tally.seconds / s.target_forwards
+            - (s.draft_seconds + s.target_seconds + s.verify_seconds) / s.target_forwards,
         },
         "steps": summary["steps"],
+        # vLLM's spec-decode counters, counted the same way (a step with no draft token is no draft):
+        "drafting_steps": summary["drafting_steps"],
+        "proposed_draft_tokens": summary["proposed_draft_tokens"],
+        "accepted_draft_tokens": summary["accepted_draft_tokens"],
     }

@@ -26,11 +26,17 @@ class Proposal:
     Chains have parents None: node j continues node j − 1. Trees give each node's parent index
     (−1 = the node continues the last verified token). Siblings drawn for lossless tree
     verification must be independent draws from their q.
+
+    Rows may draft fewer than N nodes (n-gram lookup drafts 0..γ): `num_draft[b]` nodes are row
+    b's draft and the rest are padding. Padding must still be valid token ids (and, in a tree,
+    valid parents); it is fed to the target but verification never accepts it, and it is not
+    counted as proposed.
     """
 
     draft_tokens: torch.Tensor  # (B, N)
     draft_probs: Optional[torch.Tensor] = None  # (B, N, V) q each node was drawn from; None when greedy
     parents: Optional[torch.Tensor] = None  # (B, N) parent node index, −1 = root; None = chain
+    num_draft: Optional[torch.Tensor] = None  # (B,) real draft nodes per row, the first ones; None = all N
 
 
 @dataclass
@@ -52,7 +58,9 @@ class Proposer(Protocol):
     def reset(self, batch_size: int, device: torch.device) -> None:
         """Forget all state; a new batch of sequences starts."""
 
-    def propose(self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None) -> Proposal:
+    def propose(
+        self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None
+    ) -> Proposal:
         """Draft continuations of each row's verified sequence (prompt + accepted tokens)."""
 
     def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
@@ -85,15 +93,16 @@ class DraftLMProposer:
         self.cache = SlotCache(batch_size, device or next(self.model.parameters()).device)
 
     @torch.no_grad()
-    def propose(self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None) -> Proposal:
+    def propose(
+        self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None
+    ) -> Proposal:
         lengths = self.cache.lengths()
-        logits = self.cache.feed(self.model, [s[n:] for s, n in zip(sequences, lengths)], logits_to_keep=1).logits[:, -1, : self.vocab_size]  # (B, V)
+        unfed = [s[n:] for s, n in zip(sequences, lengths)]
+        logits = self.cache.feed(self.model, unfed, logits_to_keep=1).logits[:, -1, : self.vocab_size]  # (B, V)
         if self.tree:
             return self._propose_tree(logits, params, generator)
         draft_tokens, draft_probs = [], []
         for i in range(num_speculative_tokens):
-            if i:
-                logits = self.cache.forward(self.model, token[:, None], logits_to_keep=1).logits[:, -1, : self.vocab_size]
             if params.greedy:
                 token = logits.argmax(-1)  # (B,)
             else:
@@ -101,6 +110,9 @@ class DraftLMProposer:
                 token = sample(q, generator)
                 draft_probs.append(q)
             draft_tokens.append(token)
+            if i + 1 < num_speculative_tokens:  # the last draft token is never fed: it may be rejected
+                out = self.cache.forward(self.model, token[:, None], logits_to_keep=1)
+                logits = out.logits[:, -1, : self.vocab_size]
         return Proposal(torch.stack(draft_tokens, 1), torch.stack(draft_probs, 1) if draft_probs else None)
 
     def _propose_tree(self, root_logits: torch.Tensor, params: SamplingParams, generator=None) -> Proposal:
@@ -116,7 +128,9 @@ class DraftLMProposer:
                 children = frontier_logits.topk(k, dim=-1).indices.reshape(batch, fanout)  # distinct top-k
             else:
                 q = probs_from_logits(frontier_logits, params)  # (B, F, V)
-                children = torch.multinomial(q.reshape(-1, q.shape[-1]), k, replacement=True, generator=generator).reshape(batch, fanout)
+                children = torch.multinomial(
+                    q.reshape(-1, q.shape[-1]), k, replacement=True, generator=generator
+                ).reshape(batch, fanout)
                 probs.append(q.repeat_interleave(k, dim=1))  # (B, F·k, V): each child's q is its parent's
             tokens = torch.cat([tokens, children], dim=1)
             parents = torch.cat([parents, frontier.repeat_interleave(k).expand(batch, -1)], dim=1)

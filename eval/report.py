@@ -35,30 +35,35 @@ def render_markdown(r: dict) -> str:
         shape = f"the drafter's own tree ({r['draft_tokens_per_step']:.0f} nodes)"
     else:
         shape = f"tree {s['tree']} (children per depth)" if s["tree"] else f"chain, γ = {s['num_speculative_tokens']}"
-    sampling = "greedy" if s["temperature"] <= 0 else f"temperature {s['temperature']}, top-p {s['top_p']}, top-k {s['top_k'] or 'off'}"
+    sampling = (
+        "greedy"
+        if s["temperature"] <= 0
+        else f"temperature {s['temperature']}, top-p {s['top_p']}, top-k {s['top_k'] or 'off'}"
+    )
     rows = "\n".join(f"| {i + 1} | {a:.3f} |" for i, a in enumerate(r["per_position_acceptance"]))
-    per_step = r["seconds_per_step"]
+    best_gamma = _fmt(r["recommended_num_speculative_tokens"], "d")
+    ms = {k: r["seconds_per_step"][k] * 1e3 for k in ("draft", "target_forward", "verify_and_cache", "other")}
     text = f"""# Speculative decoding report
 
-Drafter `{r['drafter']}` ({r['kind']}) on target `{r['target']}`; {s['num_prompts']} prompts,
-{s['max_new_tokens']} new tokens each, batch size {s['batch_size']}, {shape}, {sampling};
-acceptance: {r['acceptance_rule']}.
+Drafter `{r["drafter"]}` ({r["kind"]}) on target `{r["target"]}`; {s["num_prompts"]} prompts,
+{s["max_new_tokens"]} new tokens each, batch size {s["batch_size"]}, {shape}, {sampling};
+acceptance: {r["acceptance_rule"]}.
 
 | metric | value |
 |---|---|
-| τ (mean accepted length, bonus included) | {r['tau']:.3f} |
-| α (draft acceptance rate) | {r['alpha']:.3f} |
-| speedup vs our KV-cached autoregressive decoding | {r['speedup']:.3f}× |
-| predicted speedup (Leviathan et al. 2023, from α and c) | {_fmt(r['predicted_speedup'])}× |
-| predicted speedup from the measured τ and c | {r['predicted_speedup_from_tau']:.3f}× |
-| cost ratio c (drafter s/token ÷ target s/forward) | {r['cost_ratio']:.3f} |
-| speculative tokens/s | {r['tokens_per_second']['speculative']:.1f} |
-| autoregressive tokens/s | {r['tokens_per_second']['autoregressive']:.1f} |
-| lossless | {r['lossless']} ({r['lossless_prompts']}/{s['num_prompts']} outputs equal the target's greedy output) |
-| recommended `num_speculative_tokens` (fastest γ in the sweep) | {_fmt(r['recommended_num_speculative_tokens'], 'd')} |
+| τ (mean accepted length, bonus included) | {r["tau"]:.3f} |
+| α (draft acceptance rate) | {r["alpha"]:.3f} |
+| speedup vs our KV-cached autoregressive decoding | {r["speedup"]:.3f}× |
+| predicted speedup (Leviathan et al. 2023, from α and c) | {_fmt(r["predicted_speedup"])}× |
+| predicted speedup from the measured τ and c | {r["predicted_speedup_from_tau"]:.3f}× |
+| cost ratio c (drafter s/token ÷ target s/forward) | {r["cost_ratio"]:.3f} |
+| speculative tokens/s | {r["tokens_per_second"]["speculative"]:.1f} |
+| autoregressive tokens/s | {r["tokens_per_second"]["autoregressive"]:.1f} |
+| lossless | {r["lossless"]} ({r["lossless_prompts"]}/{s["num_prompts"]} outputs equal the target's greedy output) |
+| recommended `num_speculative_tokens` (fastest γ in the sweep) | {best_gamma} |
 
-Time per step: draft {per_step['draft'] * 1e3:.2f} ms, target forward {per_step['target_forward'] * 1e3:.2f} ms,
-accept/reject and cache {per_step['verify_and_cache'] * 1e3:.2f} ms, other (prefill, loop) {per_step['other'] * 1e3:.2f} ms.
+Time per step: draft {ms["draft"]:.2f} ms, target forward {ms["target_forward"]:.2f} ms,
+accept/reject and cache {ms["verify_and_cache"]:.2f} ms, other (prefill, loop) {ms["other"]:.2f} ms.
 
 ## Per-position acceptance
 Share of steps that accepted at least i draft tokens.
@@ -71,7 +76,9 @@ Share of steps that accepted at least i draft tokens.
 """
     if r["gamma_sweep"]:
         sweep = "\n".join(
-            f"| {g['num_speculative_tokens']} | {g['tau']:.3f} | {g['alpha']:.3f} | {g['speedup']:.3f}× | {_fmt(g['predicted_speedup'])}× | {g['cost_ratio']:.3f} |" for g in r["gamma_sweep"]
+            f"| {g['num_speculative_tokens']} | {g['tau']:.3f} | {g['alpha']:.3f} | {g['speedup']:.3f}× "
+            f"| {_fmt(g['predicted_speedup'])}× | {g['cost_ratio']:.3f} |"
+            for g in r["gamma_sweep"]
         )
         text += f"""
 ## γ sweep
@@ -90,15 +97,18 @@ Same prompts, decoded at each γ; the recommended `num_speculative_tokens` is th
 
 def _served_markdown(sv: dict) -> str:
     """The served check: vLLM's own counters next to ours, per position, and the verdict."""
-    rows = "\n".join(f"| {i + 1} | {o:.3f} | {v:.3f} |" for i, (o, v) in enumerate(zip(sv["ours"]["per_position_acceptance"], sv["per_position_acceptance"])))
+    rows = "\n".join(
+        f"| {i + 1} | {o:.3f} | {v:.3f} |"
+        for i, (o, v) in enumerate(zip(sv["ours"]["per_position_acceptance"], sv["per_position_acceptance"]))
+    )
     return f"""
-## Served check: vLLM {sv['vllm_version']}, method `{sv['method']}`
-The export `{sv['drafter_dir']}` served as is, greedy chains of γ = {sv['num_speculative_tokens']}.
-**Verdict: {sv['verdict']}** — {sv['reason']}.
+## Served check: vLLM {sv["vllm_version"]}, method `{sv["method"]}`
+The export `{sv["drafter_dir"]}` served as is, greedy chains of γ = {sv["num_speculative_tokens"]}.
+**Verdict: {sv["verdict"]}** — {sv["reason"]}.
 
 | | ours | served |
 |---|---|---|
-| τ (1 + accepted drafts per step, as vLLM counts) | {sv['ours']['tau']:.3f} | {sv['tau']:.3f} |
+| τ (1 + accepted drafts per step, as vLLM counts) | {sv["ours"]["tau"]:.3f} | {sv["tau"]:.3f} |
 
 | i | ours | served |
 |---|---|---|

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from typing import Callable, Optional
 
 import torch
+from tqdm.auto import tqdm
 
 from eval.config import EvalConfig
 from eval.errors import EvalError
@@ -24,11 +25,24 @@ from eval.speculative import Acceptance, autoregressive_generate, speculative_ge
 def check_settings(cfg: EvalConfig) -> None:
     """Raise EvalError naming the first bad eval setting and its fix."""
     if cfg.acceptance not in ("exact", "typical"):
-        raise EvalError(f"eval.acceptance={cfg.acceptance!r} is not a rule; use exact (lossless) or typical (Medusa's, lossy)")
+        raise EvalError(
+            f"eval.acceptance={cfg.acceptance!r} is not a rule; use exact (lossless) or typical (Medusa's, lossy)"
+        )
     if cfg.num_speculative_tokens < 1 or any(g < 1 for g in cfg.gamma_sweep):
         raise EvalError("eval.num_speculative_tokens and every eval.gamma_sweep value must be ≥ 1")
-    if cfg.tree is not None and cfg.tree not in ("drafter", "dynamic") and (not isinstance(cfg.tree, (list, tuple)) or not cfg.tree or any(not isinstance(k, int) or k < 1 for k in cfg.tree)):
-        raise EvalError(f"eval.tree={cfg.tree} must be null (chains), children per depth such as [3, 2, 1], drafter (the tree saved with a Medusa drafter) or dynamic (EAGLE-2 trees)")
+    if (
+        cfg.tree is not None
+        and cfg.tree not in ("drafter", "dynamic")
+        and (
+            not isinstance(cfg.tree, (list, tuple))
+            or not cfg.tree
+            or any(not isinstance(k, int) or k < 1 for k in cfg.tree)
+        )
+    ):
+        raise EvalError(
+            f"eval.tree={cfg.tree} must be null (chains), children per depth such as [3, 2, 1], "
+            "drafter (the tree saved with a Medusa drafter) or dynamic (EAGLE-2 trees)"
+        )
     t = cfg.dynamic_tree
     if min(t.depth, t.top_k, t.total_tokens) < 1:
         raise EvalError(f"eval.dynamic_tree needs depth, top_k and total_tokens ≥ 1, got {t}")
@@ -37,18 +51,34 @@ def check_settings(cfg: EvalConfig) -> None:
     if cfg.serve not in (None, "vllm"):
         raise EvalError(f"eval.serve={cfg.serve!r} is not a serving engine; use vllm or null")
     if cfg.serve and (cfg.temperature > 0 or cfg.acceptance != "exact"):
-        raise EvalError("eval.serve=vllm compares greedy decoding token for token; set eval.temperature=0 and eval.acceptance=exact, or eval.serve=null")
+        raise EvalError(
+            "eval.serve=vllm compares greedy decoding token for token; "
+            "set eval.temperature=0 and eval.acceptance=exact, or eval.serve=null"
+        )
     if cfg.served_tolerance <= 0:
         raise EvalError("eval.served_tolerance must be > 0 (a fraction of our τ, e.g. 0.05)")
 
 
-def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConfig, eos_ids: set[int], vocab_size: int, names: dict, out_dir=None, served: Optional[Callable[[list, list, dict], dict]] = None) -> dict:
+def evaluate(
+    target,
+    proposer: Proposer,
+    prompts: list[list[int]],
+    cfg: EvalConfig,
+    eos_ids: set[int],
+    vocab_size: int,
+    names: dict,
+    *,
+    out_dir=None,
+    served: Optional[Callable[[list, list, dict], dict]] = None,
+    progress: bool = True,
+) -> dict:
     """Measure a drafter on `prompts` (token ids); write the report to out_dir when given.
 
     Args:
         names: {"target": ..., "drafter": ..., "kind": ...} for the report.
         served: called as served(prompts, target's greedy outputs, report) before the report is
             written; its result becomes the report's `served` section (eval.serve=vllm).
+        progress: show a progress bar over prompts × (autoregressive + each γ).
     Returns:
         the report dict (also eval_report.json).
     """
@@ -62,8 +92,15 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
     # up to the longest chain the drafter can propose (Medusa: one token per head).
     depth, longest = proposer.tree_depth, proposer.max_num_speculative_tokens
     if depth is None and longest is not None and cfg.num_speculative_tokens > longest:
-        raise EvalError(f"eval.num_speculative_tokens={cfg.num_speculative_tokens} but this {names.get('kind', '')} drafter proposes at most {longest} tokens per step; lower it")
-    gammas = [cfg.num_speculative_tokens] if depth else sorted({cfg.num_speculative_tokens, *(g for g in cfg.gamma_sweep if longest is None or g <= longest)})
+        raise EvalError(
+            f"eval.num_speculative_tokens={cfg.num_speculative_tokens} but this {names.get('kind', '')} drafter "
+            f"proposes at most {longest} tokens per step; lower it"
+        )
+    gammas = (
+        [cfg.num_speculative_tokens]
+        if depth
+        else sorted({cfg.num_speculative_tokens, *(g for g in cfg.gamma_sweep if longest is None or g <= longest)})
+    )
     generator = torch.Generator(device=device).manual_seed(cfg.seed)
     warmup, prompts = prompts[: cfg.warmup_prompts], prompts[: cfg.num_prompts]
 
@@ -71,13 +108,16 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
         return autoregressive_generate(target, batch, cfg.max_new_tokens, params, eos_ids, vocab_size, generator)
 
     def run_spec(batch, gamma):
-        return speculative_generate(target, proposer, batch, cfg.max_new_tokens, gamma, params, eos_ids, vocab_size, generator, acceptance)
+        return speculative_generate(
+            target, proposer, batch, cfg.max_new_tokens, gamma, params, eos_ids, vocab_size, generator, acceptance
+        )
 
     for p in warmup:  # untimed
         run_ar([p]), [run_spec([p], g) for g in gammas]
 
     ar = Tally()
     spec = {g: Tally() for g in gammas}
+    bar = tqdm(total=len(prompts) * (1 + len(gammas)), desc="eval", unit="decode", disable=not progress)
     for start in range(0, len(prompts), cfg.batch_size):  # interleaved, so machine noise hits every side alike
         batch = prompts[start : start + cfg.batch_size]
         t0 = time.perf_counter()
@@ -85,6 +125,7 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
         ar.seconds += time.perf_counter() - t0
         ar.tokens += sum(map(len, ar_out))
         ar.outputs += ar_out
+        bar.update(len(batch))
         for g in gammas:
             t0 = time.perf_counter()
             out, stats = run_spec(batch, g)
@@ -93,8 +134,13 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
             spec[g].stats.add(stats)
             spec[g].equal_rows += sum(o == a for o, a in zip(out, ar_out))
             spec[g].outputs += out
+            bar.set_postfix_str(f"γ={g}" if depth is None else "tree", refresh=False)
+            bar.update(len(batch))
+    bar.close()
 
-    sweep = [decode_figures(spec[g], ar, depth or g, is_chain=depth is None) | {"num_speculative_tokens": g} for g in gammas]
+    sweep = [
+        decode_figures(spec[g], ar, depth or g, is_chain=depth is None) | {"num_speculative_tokens": g} for g in gammas
+    ]
     main = sweep[gammas.index(cfg.num_speculative_tokens)]
     best = max(sweep, key=lambda row: row["speedup"])
     lossless = params.greedy or acceptance.rule == "exact"
@@ -104,9 +150,13 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
         "tokens_per_second": {"speculative": main["tokens_per_second"], "autoregressive": ar.tokens / ar.seconds},
         # Greedy: every output must equal the target's own. Exact sampling: the outputs differ
         # by chance, exactness rests on rejection sampling (tested statistically). Typical: lossy.
-        "lossless": (spec[cfg.num_speculative_tokens].equal_rows == len(prompts)) if params.greedy else (None if lossless else False),
+        "lossless": (spec[cfg.num_speculative_tokens].equal_rows == len(prompts))
+        if params.greedy
+        else (None if lossless else False),
         "lossless_prompts": spec[cfg.num_speculative_tokens].equal_rows,
-        "acceptance_rule": "greedy" if params.greedy else ("exact rejection sampling" if lossless else "typical acceptance (lossy)"),
+        "acceptance_rule": "greedy"
+        if params.greedy
+        else ("exact rejection sampling" if lossless else "typical acceptance (lossy)"),
         "recommended_num_speculative_tokens": None if depth else best["num_speculative_tokens"],
         "gamma_sweep": sweep if len(sweep) > 1 else [],
         "settings": {**asdict(cfg), "num_prompts": len(prompts), "device": str(device)},
@@ -116,6 +166,9 @@ def evaluate(target, proposer: Proposer, prompts: list[list[int]], cfg: EvalConf
         report["served"] = served(prompts, ar.outputs, report)
     if out_dir is not None:
         outputs = spec[cfg.num_speculative_tokens].outputs
-        samples = [{"prompt_ids": p, "speculative_ids": s, "autoregressive_ids": a, "equal": s == a} for p, s, a in zip(prompts, outputs, ar.outputs)]
+        samples = [
+            {"prompt_ids": p, "speculative_ids": s, "autoregressive_ids": a, "equal": s == a}
+            for p, s, a in zip(prompts, outputs, ar.outputs)
+        ]
         write_report(out_dir, report, samples)
     return report

@@ -7,9 +7,8 @@ max_new_tokens, so under greedy decoding their outputs must be identical token f
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Optional
 
 import torch
 
@@ -17,16 +16,20 @@ from eval.kv_cache import SlotCache, keep_first
 from eval.proposer import Proposal, Proposer, TargetFeatures
 from eval.sampling import SamplingParams, probs_from_logits, sample
 from eval.verify import greedy_verify, rejection_sample, tree_greedy_verify, tree_rejection_sample, typical_verify
+from heads.target_features import last_layer_output, select_layers
 
 
 @dataclass
 class DecodeStats:
     accept_counts: list[int] = field(default_factory=list)  # accepted draft tokens per step of each unfinished row
+    # Real draft nodes per step of each unfinished row, aligned with accept_counts (γ for a full chain;
+    # 0..γ for n-gram lookup). A step with 0 is a plain decoding step: vLLM does not count it as a draft.
+    draft_counts: list[int] = field(default_factory=list)
     draft_seconds: float = 0.0
     target_seconds: float = 0.0  # the verification forwards
     verify_seconds: float = 0.0  # accept/reject and cache compaction
     target_forwards: int = 0  # verification forwards (one per step, whatever the batch size)
-    proposed_tokens: int = 0  # draft nodes per row and step (γ for a chain)
+    proposed_tokens: int = 0  # draft nodes per row and step (γ for a chain); ragged rows: the longest real draft
 
     def add(self, other: "DecodeStats") -> None:
         """Accumulate another decode's counts and timings into this one."""
@@ -49,50 +52,96 @@ def _now(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def verify_row(logits: torch.Tensor, proposal: Proposal, row: int, params: SamplingParams, acceptance: Acceptance, generator=None) -> tuple[list[int], int]:
-    """Apply the verification rule to one row: (accepted node indices, next token)."""
-    tokens = proposal.draft_tokens[row]
+def verify_row(
+    logits: torch.Tensor,
+    proposal: Proposal,
+    row: int,
+    params: SamplingParams,
+    acceptance: Acceptance,
+    generator=None,
+    num_draft: Optional[int] = None,
+) -> tuple[list[int], int]:
+    """Apply the verification rule to one row: (accepted node indices, next token).
+
+    num_draft: the row's real draft nodes (the first ones). The rest is padding, cut off here so
+        that no rule can accept it. None = every node is real.
+    """
+    n = proposal.draft_tokens.shape[1] if num_draft is None else num_draft
+    tokens, logits = proposal.draft_tokens[row, :n], logits[: n + 1]  # (n,), (n+1, V)
+    q = None if proposal.draft_probs is None else proposal.draft_probs[row, :n]  # (n, V)
     if proposal.parents is None and acceptance.rule == "exact":  # chains: one vectorised test
         if params.greedy:
-            n, nxt = greedy_verify(logits, tokens)
+            accepted, nxt = greedy_verify(logits, tokens)
         else:
-            n, nxt = rejection_sample(probs_from_logits(logits, params), proposal.draft_probs[row], tokens, generator)
-        return list(range(n)), nxt
-    parents = proposal.parents[row] if proposal.parents is not None else torch.arange(-1, tokens.shape[0] - 1, device=tokens.device)
+            accepted, nxt = rejection_sample(probs_from_logits(logits, params), q, tokens, generator)
+        return list(range(accepted)), nxt
+    chain = torch.arange(-1, n - 1, device=tokens.device)
+    parents = proposal.parents[row, :n] if proposal.parents is not None else chain
     if params.greedy:
         return tree_greedy_verify(logits, tokens, parents)
     if acceptance.rule == "typical":
-        return typical_verify(probs_from_logits(logits, params), tokens, parents, acceptance.typical_threshold, acceptance.typical_alpha, generator)
-    return tree_rejection_sample(probs_from_logits(logits, params), proposal.draft_probs[row], tokens, parents, generator)
+        p = probs_from_logits(logits, params)
+        return typical_verify(p, tokens, parents, acceptance.typical_threshold, acceptance.typical_alpha, generator)
+    return tree_rejection_sample(probs_from_logits(logits, params), q, tokens, parents, generator)
 
 
 @torch.no_grad()
-def speculative_step(target, proposer: Proposer, cache: SlotCache, sequences: list[list[int]], gamma: int, params: SamplingParams, vocab_size: int, stats: DecodeStats, generator=None, acceptance: Acceptance = Acceptance()) -> list[list[int]]:
+def speculative_step(
+    target,
+    proposer: Proposer,
+    cache: SlotCache,
+    sequences: list[list[int]],
+    gamma: int,
+    params: SamplingParams,
+    vocab_size: int,
+    stats: DecodeStats,
+    generator=None,
+    acceptance: Acceptance = Acceptance(),
+) -> tuple[list[list[int]], list[int]]:
     """One draft-then-verify step for every row (Leviathan et al. 2023; Chen et al. 2023).
 
     Args:
         cache: the target's cache; it holds every row's sequence but its last token.
         sequences: per row, the verified tokens (prompt + accepted so far).
     Returns:
-        per row, the new tokens: the accepted draft path plus the corrected or bonus token.
+        per row, the new tokens: the accepted draft path plus the corrected or bonus token;
+        and per row, its number of real draft nodes (0: the step was a plain decoding step).
     """
     device = cache.valid.device
-    # 1. Draft a chain or tree per row, keeping the q each token was drawn from.
+    # 1. Draft a chain or tree per row, keeping the q each token was drawn from. Rows may draft
+    #    fewer nodes (num_draft): the block is cut to the longest real draft, so a step where
+    #    no row drafts is one target forward over the last tokens, a plain decoding step.
     t0 = _now(device)
     proposal = proposer.propose(sequences, gamma, params, generator)
+    num_draft = None if proposal.num_draft is None else proposal.num_draft.tolist()  # host sync: one per step
+    if num_draft is not None:
+        width = max(num_draft, default=0)
+        proposal = Proposal(
+            proposal.draft_tokens[:, :width],
+            None if proposal.draft_probs is None else proposal.draft_probs[:, :width],
+            None if proposal.parents is None else proposal.parents[:, :width],
+            proposal.num_draft,
+        )
     t1 = _now(device)
     # 2. One target forward over [last token, draft nodes]; the tree mask shows each node only
     #    its ancestors, so row j+1 of the logits is the target's distribution after node j.
     batch, num_nodes = proposal.draft_tokens.shape
-    block = torch.cat([torch.tensor([[s[-1]] for s in sequences], device=device), proposal.draft_tokens], dim=1)  # (B, N+1)
-    parents = None if proposal.parents is None else torch.cat([torch.full((batch, 1), -1, device=device), proposal.parents + 1], dim=1)
+    block = torch.cat(
+        [torch.tensor([[s[-1]] for s in sequences], device=device), proposal.draft_tokens], dim=1
+    )  # (B, N+1)
+    parents = (
+        None
+        if proposal.parents is None
+        else torch.cat([torch.full((batch, 1), -1, device=device), proposal.parents + 1], dim=1)
+    )
     layer_ids = proposer.target_layer_ids
-    with _last_layer_output(target, layer_ids) as final:
+    with last_layer_output(target, layer_ids) as final:
         out = cache.forward(target, block, parents, output_hidden_states=bool(layer_ids))
     logits = out.logits[..., :vocab_size]  # (B, N+1, V)
     t2 = _now(device)
     # 3. Accept/reject per row: the longest valid path, then the corrected or bonus token.
-    verdicts = [verify_row(logits[b], proposal, b, params, acceptance, generator) for b in range(batch)]
+    rows = num_draft or [None] * batch  # None: every node of the row is real
+    verdicts = [verify_row(logits[b], proposal, b, params, acceptance, generator, rows[b]) for b in range(batch)]
     # 4. Keep the root and the accepted path in the target cache (rejected nodes are dropped, so
     #    the cache equals a fresh forward over the verified tokens); the drafter rolls back too.
     kept = [[0] + [j + 1 for j in path] for path, _ in verdicts]  # block indices: root, then the path
@@ -103,37 +152,27 @@ def speculative_step(target, proposer: Proposer, cache: SlotCache, sequences: li
     stats.target_seconds += t2 - t1
     stats.verify_seconds += _now(device) - t2
     stats.target_forwards += 1
-    stats.proposed_tokens += num_nodes
+    stats.proposed_tokens += num_nodes  # after the cut: only real drafts (the longest row's)
     tokens = proposal.draft_tokens.tolist()  # host sync
-    return [[tokens[b][j] for j in path] + [nxt] for b, (path, nxt) in enumerate(verdicts)]
+    new = [[tokens[b][j] for j in path] + [nxt] for b, (path, nxt) in enumerate(verdicts)]
+    return new, num_draft if num_draft is not None else [num_nodes] * batch
 
 
-@contextmanager
-def _last_layer_output(target, layer_ids) -> Iterator[list[torch.Tensor]]:
-    """Layer id N (= decoder layers) is the last layer's output before the final norm, as in vLLM
-    and SGLang; transformers' hidden_states[N] is after the norm, so capture it when asked for."""
-    captured: list[torch.Tensor] = []
-    if not layer_ids or target.config.num_hidden_layers not in layer_ids:
-        yield captured
-        return
-    hook = target.get_decoder().layers[-1].register_forward_hook(lambda module, args, out: captured.append(out[0] if isinstance(out, tuple) else out))
-    try:
-        yield captured
-    finally:
-        hook.remove()
-
-
-def _kept_features(hidden_states, final: list[torch.Tensor], layer_ids: tuple[int, ...], kept: list[list[int]]) -> TargetFeatures:
+def _kept_features(
+    hidden_states, final: list[torch.Tensor], layer_ids: tuple[int, ...], kept: list[list[int]]
+) -> TargetFeatures:
     """The target's features at the kept block positions (per row, ascending), moved to the front.
 
     final: the captured pre-norm output of the last layer (id N = len(hidden_states) − 1), if asked for.
     """
-    N = len(hidden_states) - 1
-    states = torch.cat([final[0] if (i == N and final) else hidden_states[i] for i in layer_ids], dim=-1)  # (B, m, F)
+    states = select_layers(hidden_states, final, layer_ids)  # (B, m, F)
     width = states.shape[1]
     order = keep_first(kept, width, states.device)
     counts = torch.tensor([len(k) for k in kept], device=states.device)
-    return TargetFeatures(states.gather(1, order[..., None].expand(-1, -1, states.shape[-1])), torch.arange(width, device=states.device) < counts[:, None])
+    return TargetFeatures(
+        states.gather(1, order[..., None].expand(-1, -1, states.shape[-1])),
+        torch.arange(width, device=states.device) < counts[:, None],
+    )
 
 
 def _prefill(target, cache: SlotCache, proposer: Proposer, prompts: list[list[int]]) -> None:
@@ -141,11 +180,13 @@ def _prefill(target, cache: SlotCache, proposer: Proposer, prompts: list[list[in
     rows = [p[:-1] for p in prompts]
     layer_ids, features = proposer.target_layer_ids, None
     if any(rows):
-        with _last_layer_output(target, layer_ids) as final:
+        with last_layer_output(target, layer_ids) as final:
             out = cache.feed(target, rows, output_hidden_states=bool(layer_ids), logits_to_keep=1)
         if layer_ids:  # left padding: each row's real tokens are the end of the block
             width = max(map(len, rows))
-            features = _kept_features(out.hidden_states, final, layer_ids, [list(range(width - len(r), width)) for r in rows])
+            features = _kept_features(
+                out.hidden_states, final, layer_ids, [list(range(width - len(r), width)) for r in rows]
+            )
     proposer.accept(cache.lengths(), features)
 
 
@@ -158,7 +199,18 @@ def _finish(generated: list[int], max_new_tokens: int, eos_ids: set[int]) -> tup
 
 
 @torch.no_grad()
-def speculative_generate(target, proposer: Proposer, prompts: list[list[int]], max_new_tokens: int, gamma: int, params: SamplingParams, eos_ids: set[int], vocab_size: int, generator=None, acceptance: Acceptance = Acceptance()) -> tuple[list[list[int]], DecodeStats]:
+def speculative_generate(
+    target,
+    proposer: Proposer,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    gamma: int,
+    params: SamplingParams,
+    eos_ids: set[int],
+    vocab_size: int,
+    generator=None,
+    acceptance: Acceptance = Acceptance(),
+) -> tuple[list[list[int]], DecodeStats]:
     """Decode up to max_new_tokens after each prompt (a batch of rows). Returns new ids per row and stats."""
     device = next(target.parameters()).device
     stats, cache = DecodeStats(), SlotCache(len(prompts), device)
@@ -168,17 +220,28 @@ def speculative_generate(target, proposer: Proposer, prompts: list[list[int]], m
     generated = [[] for _ in prompts]
     done = [False] * len(prompts)
     while not all(done):
-        new = speculative_step(target, proposer, cache, sequences, gamma, params, vocab_size, stats, generator, acceptance)
+        new, num_draft = speculative_step(
+            target, proposer, cache, sequences, gamma, params, vocab_size, stats, generator, acceptance
+        )
         for b, tokens in enumerate(new):
             sequences[b] += tokens  # finished rows keep decoding; their output and counts are frozen
             if not done[b]:
                 stats.accept_counts.append(len(tokens) - 1)
+                stats.draft_counts.append(num_draft[b])
                 generated[b], done[b] = _finish(generated[b] + tokens, max_new_tokens, eos_ids)
     return generated, stats
 
 
 @torch.no_grad()
-def autoregressive_generate(target, prompts: list[list[int]], max_new_tokens: int, params: SamplingParams, eos_ids: set[int], vocab_size: int, generator=None) -> list[list[int]]:
+def autoregressive_generate(
+    target,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    params: SamplingParams,
+    eos_ids: set[int],
+    vocab_size: int,
+    generator=None,
+) -> list[list[int]]:
     """Plain KV-cached decoding, one target forward per token: the speed-up baseline."""
     cache = SlotCache(len(prompts), next(target.parameters()).device)
     logits = cache.feed(target, prompts, logits_to_keep=1).logits[:, -1, :vocab_size]  # (B, V)

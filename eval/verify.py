@@ -86,7 +86,9 @@ def _deepest_path(accepts: list[bool], parents: list[int]) -> list[int]:
     return path[::-1]
 
 
-def tree_greedy_verify(target_logits: torch.Tensor, draft_tokens: torch.Tensor, parents: torch.Tensor) -> tuple[list[int], int]:
+def tree_greedy_verify(
+    target_logits: torch.Tensor, draft_tokens: torch.Tensor, parents: torch.Tensor
+) -> tuple[list[int], int]:
     """Accept the longest root-to-node path on which every token is the target's argmax.
 
     Args:

@@ -1,41 +1,46 @@
-"""Model cards and provenance files that travel with every exported drafter."""
+"""Model cards that travel with every exported drafter: the generic card, and each family's sections
+(referenced from the family table, heads/families.py, which assembles them)."""
 
 from __future__ import annotations
 
 import json
 
 
-def render_model_card(provenance: dict) -> str:
-    """README.md with HF metadata (YAML front matter) and the measured acceptance."""
+def render_model_card(provenance: dict, *, library: str, usage: str, details: str) -> str:
+    """README.md with HF metadata (YAML front matter), the measured acceptance and the family's sections."""
     ev = provenance.get("eval") or {}
     target = provenance["target"]["name_or_path"]
     kind = provenance["kind"]
     per_pos = ", ".join(f"{a:.2f}" for a in ev.get("per_position_acceptance", []))
+    acceptance_row = (
+        f"| {ev.get('tau', float('nan')):.3f} | {ev.get('alpha', float('nan')):.3f} "
+        f"| {ev.get('speedup', float('nan')):.2f}× | {_shape(ev)} | {ev.get('lossless')} |"
+    )
     return f"""---
-library_name: {'transformers' if kind == 'draft_lm' else 'vllm'}
+library_name: {library}
 pipeline_tag: text-generation
 base_model: {json.dumps(target)}
 tags:
 - speculative-decoding
 - drafthub
-- {kind.replace('_', '-')}
-{_model_index(provenance['model_name'], ev)}---
+- {kind.replace("_", "-")}
+{_model_index(provenance["model_name"], ev)}---
 
-# {provenance['model_name']}
+# {provenance["model_name"]}
 
-A `{kind}` drafter for speculative decoding with target `{target}`, trained by
-drafthub on the target's own answers (recipe `{provenance['recipe']['recipe_name']}`).
+A `{kind}` drafter for speculative decoding with target `{target}`, made and measured by
+drafthub (recipe `{provenance["recipe"]["recipe_name"]}`).
 
-## Measured acceptance (drafthub eval, {ev.get('settings', {}).get('num_prompts', '?')} held-out prompts)
+## Measured acceptance (drafthub eval, {ev.get("settings", {}).get("num_prompts", "?")} held-out prompts)
 
 | τ (mean accepted length) | α | speedup vs autoregressive | γ or tree | lossless |
 |---|---|---|---|---|
-| {ev.get('tau', float('nan')):.3f} | {ev.get('alpha', float('nan')):.3f} | {ev.get('speedup', float('nan')):.2f}× | {_shape(ev)} | {ev.get('lossless')} |
+{acceptance_row}
 
-Per-position acceptance: {per_pos or 'n/a'}. Recommended `num_speculative_tokens` (fastest in
-the γ sweep): {ev.get('recommended_num_speculative_tokens', 'n/a')}.{_served_line(ev)}{_heads_section(provenance)}
+Per-position acceptance: {per_pos or "n/a"}. Recommended `num_speculative_tokens` (fastest in
+the γ sweep): {ev.get("recommended_num_speculative_tokens", "n/a")}.{_served_line(ev)}{details}
 
-{_usage(kind, target, ev, provenance)}
+{usage}
 
 Provenance (target revision, tokenizer hash, data manifest, resolved recipe) is in `drafthub.json`.
 """
@@ -43,13 +48,24 @@ Provenance (target revision, tokenizer hash, data manifest, resolved recipe) is 
 
 def _model_index(name: str, ev: dict) -> str:
     """HF `model-index` metadata: the eval's τ, α and speed-up, machine-readable on the Hub."""
-    metrics = [(k, label, ev[k]) for k, label in (("tau", "mean accepted length τ"), ("alpha", "acceptance rate α"), ("speedup", "speed-up vs autoregressive")) if isinstance(ev.get(k), (int, float))]
+    metrics = [
+        (k, label, ev[k])
+        for k, label in (
+            ("tau", "mean accepted length τ"),
+            ("alpha", "acceptance rate α"),
+            ("speedup", "speed-up vs autoregressive"),
+        )
+        if isinstance(ev.get(k), (int, float))
+    ]
     if not metrics:
         return ""
     rows = "".join(f"    - type: {k}\n      name: {label}\n      value: {v:.4f}\n" for k, label, v in metrics)
     return (
-        f"model-index:\n- name: {json.dumps(name)}\n  results:\n  - task:\n      type: text-generation\n      name: speculative decoding\n"
-        f"    dataset:\n      type: drafthub-eval\n      name: held-out prompts ({ev.get('settings', {}).get('num_prompts', '?')})\n    metrics:\n{rows}"
+        f"model-index:\n- name: {json.dumps(name)}\n  results:\n"
+        "  - task:\n      type: text-generation\n      name: speculative decoding\n"
+        "    dataset:\n      type: drafthub-eval\n"
+        f"      name: held-out prompts ({ev.get('settings', {}).get('num_prompts', '?')})\n"
+        f"    metrics:\n{rows}"
     )
 
 
@@ -59,18 +75,16 @@ def _served_line(ev: dict) -> str:
     if not sv:
         return ""
     return (
-        f"\n\nServed check: vLLM {sv['vllm_version']} (`{sv['method']}`, γ = {sv['num_speculative_tokens']}) served these files with"
-        f" τ {sv['tau']:.3f} against drafthub's {sv['ours']['tau']:.3f} (both as 1 + accepted drafts per step), outputs equal to the"
+        f"\n\nServed check: vLLM {sv['vllm_version']} (`{sv['method']}`, γ = {sv['num_speculative_tokens']})"
+        f" served these files with τ {sv['tau']:.3f} against drafthub's {sv['ours']['tau']:.3f}"
+        " (both as 1 + accepted drafts per step), outputs equal to the"
         f" target's greedy output on {sv['equal_prompts']}/{sv['num_prompts']} prompts: **{sv['verdict']}**."
     )
 
 
-def _usage(kind: str, target: str, ev: dict, provenance: dict) -> str:
-    """How to serve this drafter with each consumer that supports its format."""
-    gamma = ev.get("recommended_num_speculative_tokens") or ev.get("settings", {}).get("num_speculative_tokens", 4)
-    if kind == "eagle3":
-        gamma = provenance.get("drafter_config", {}).get("num_speculative_tokens") or gamma  # what config.json proposes
-        return f"""## Use it
+def eagle3_usage(target: str, gamma: int, provenance: dict) -> str:
+    gamma = provenance.get("drafter_config", {}).get("num_speculative_tokens") or gamma  # what config.json proposes
+    return f"""## Use it
 
 vLLM serves this directory as is (speculators format; the method is read from `config.json`):
 
@@ -80,35 +94,49 @@ llm = LLM(model="{target}", speculative_config={{"model": "THIS_DIRECTORY", "num
 ```
 
 SGLang (the `sglang/` subdirectory, `LlamaForCausalLMEagle3` layout):
-`python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 --speculative-draft-model-path THIS_DIRECTORY/sglang --speculative-num-steps {gamma} --speculative-eagle-topk 1 --speculative-num-draft-tokens {gamma + 1}`.
+
+```bash
+python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 \\
+  --speculative-draft-model-path THIS_DIRECTORY/sglang --speculative-num-steps {gamma} \\
+  --speculative-eagle-topk 1 --speculative-num-draft-tokens {gamma + 1}
+```
 
 drafthub's engine (chains or EAGLE-2 dynamic trees, lossless):
 `python -m eval drafter_dir=THIS_DIRECTORY prompts=PROMPTS.jsonl out_dir=OUT eval.tree=dynamic`."""
-    if kind == "eagle1":
-        return f"""## Use it
+
+
+def eagle1_usage(target: str, gamma: int, provenance: dict) -> str:
+    return f"""## Use it
 
 vLLM (EAGLE method; the target's lm_head and embeddings are shared, so none ships here):
 
 ```python
 from vllm import LLM
-llm = LLM(model="{target}", speculative_config={{"method": "eagle", "model": "THIS_DIRECTORY", "num_speculative_tokens": {gamma}}})
+llm = LLM(model="{target}",
+          speculative_config={{"method": "eagle", "model": "THIS_DIRECTORY", "num_speculative_tokens": {gamma}}})
 ```
 
 drafthub's engine: `python -m eval drafter_dir=THIS_DIRECTORY prompts=PROMPTS.jsonl out_dir=OUT`."""
-    if kind == "medusa":
-        heads = provenance["drafter_config"]["num_heads"]
-        return f"""## Use it
+
+
+def medusa_usage(target: str, gamma: int, provenance: dict) -> str:
+    heads = provenance["drafter_config"]["num_heads"]
+    spec = f'{{"method": "medusa", "model": "THIS_DIRECTORY", "num_speculative_tokens": {heads}}}'
+    return f"""## Use it
 
 vLLM (Medusa method: a chain of every head's top-1, so γ is the head count):
 
 ```python
 from vllm import LLM
-llm = LLM(model="{target}", speculative_config={{"method": "medusa", "model": "THIS_DIRECTORY", "num_speculative_tokens": {heads}}})
+llm = LLM(model="{target}", speculative_config={spec})
 ```
 
 drafthub's engine (chains, or the token tree in `medusa_tree.json`, lossless):
 `python -m eval drafter_dir=THIS_DIRECTORY prompts=PROMPTS.jsonl out_dir=OUT eval.tree=drafter`.
 transformers' `generate` has no Medusa support."""
+
+
+def draft_lm_usage(target: str, gamma: int, provenance: dict) -> str:
     return f"""## Use it
 
 ```python
@@ -123,27 +151,52 @@ out = target.generate(ids, assistant_model=draft, max_new_tokens=128)
 vLLM: `speculative_config={{"method": "draft_model", "model": "THIS_DIRECTORY", "num_speculative_tokens": {gamma}}}`."""
 
 
-def _heads_section(provenance: dict) -> str:
-    """Medusa: per-head accuracy on held-out samples and the tree built from it; EAGLE-3: layers and draft vocabulary."""
-    vocab, drafter = provenance.get("draft_vocab"), provenance.get("drafter_config") or {}
-    if vocab:
-        return f"""
+def ngram_usage(target: str, gamma: int, provenance: dict) -> str:
+    settings = provenance.get("drafter_config") or {}
+    lo, hi = settings.get("prompt_lookup_min"), settings.get("prompt_lookup_max")
+    return f"""## Use it
 
-Target layers fused: {drafter.get('layer_ids')} (HF `output_hidden_states` indices). Draft vocabulary:
-{vocab['draft_vocab_size']} tokens, covering {vocab['coverage']:.1%} of the distilled answers' tokens."""
+Prompt lookup needs no weights: these are settings (`config.json`). vLLM:
+
+```python
+from vllm import LLM
+llm = LLM(model="{target}", speculative_config={{"method": "ngram", "prompt_lookup_min": {lo},
+          "prompt_lookup_max": {hi}, "num_speculative_tokens": {gamma}}})
+```
+
+transformers: `target.generate(ids, prompt_lookup_num_tokens={gamma}, max_matching_ngram_size={hi})`.
+drafthub's engine: `python -m eval drafter_dir=THIS_DIRECTORY prompts=PROMPTS.jsonl out_dir=OUT`."""
+
+
+def eagle3_details(provenance: dict) -> str:
+    """Fused target layers and the draft vocabulary's coverage."""
+    vocab, drafter = provenance.get("draft_vocab"), provenance.get("drafter_config") or {}
+    if not vocab:
+        return ""
+    return f"""
+
+Target layers fused: {drafter.get("layer_ids")} (HF `output_hidden_states` indices). Draft vocabulary:
+{vocab["draft_vocab_size"]} tokens, covering {vocab["coverage"]:.1%} of the distilled answers' tokens."""
+
+
+def medusa_details(provenance: dict) -> str:
+    """Per-head accuracy on held-out samples and the tree built from it."""
     cal = provenance.get("medusa")
     if not cal or "head_accuracy" not in cal:
         return ""
-    rows = "\n".join(f"| {k} | +{k + 2} | {acc[0]:.3f} | {sum(acc[:5]):.3f} |" for k, acc in enumerate(cal["head_accuracy"]))
+    rows = "\n".join(
+        f"| {k} | +{k + 2} | {acc[0]:.3f} | {sum(acc[:5]):.3f} |" for k, acc in enumerate(cal["head_accuracy"])
+    )
     return f"""
 
-## Medusa heads (held-out accuracy, {cal['holdout_samples']} samples)
+## Medusa heads (held-out accuracy, {cal["holdout_samples"]} samples)
 
 | head | predicts token | top-1 | top-5 |
 |---|---|---|---|
 {rows}
 
-Token tree (`medusa_tree.json`): {cal['tree_nodes']} nodes, depth {cal['tree_depth']}, expected τ {cal['expected_tau']:.2f} if the heads erred independently."""
+Token tree (`medusa_tree.json`): {cal["tree_nodes"]} nodes, depth {cal["tree_depth"]}, expected τ \
+{cal["expected_tau"]:.2f} if the heads erred independently."""
 
 
 def _shape(ev: dict) -> str:

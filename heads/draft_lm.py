@@ -28,8 +28,12 @@ class DraftLM(nn.Module):
     def from_config(cls, cfg: DraftLMConfig, target_config, tokenizer, trust_remote_code: bool = False) -> "DraftLM":
         """A fresh Llama of the configured size, or `cfg.init` checked against the target's vocabulary."""
         if cfg.init:
-            model = AutoModelForCausalLM.from_pretrained(cfg.init, revision=cfg.revision, trust_remote_code=trust_remote_code, use_safetensors=True)
-            check_vocab(cfg.init, model.config.vocab_size, tokenizer, revision=cfg.revision, trust_remote_code=trust_remote_code)
+            model = AutoModelForCausalLM.from_pretrained(
+                cfg.init, revision=cfg.revision, trust_remote_code=trust_remote_code, use_safetensors=True
+            )
+            check_vocab(
+                cfg.init, model.config.vocab_size, tokenizer, revision=cfg.revision, trust_remote_code=trust_remote_code
+            )
         else:
             model = LlamaForCausalLM(
                 LlamaConfig(
@@ -50,11 +54,18 @@ class DraftLM(nn.Module):
         model.generation_config.eos_token_id = target_config.eos_token_id
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         if cfg.lora.enabled:
-            from peft import LoraConfig as PeftLoraConfig, get_peft_model
+            from peft import LoraConfig as PeftLoraConfig
+            from peft import get_peft_model
 
             model = get_peft_model(
                 model,
-                PeftLoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout, target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM"),
+                PeftLoraConfig(
+                    r=cfg.lora.r,
+                    lora_alpha=cfg.lora.alpha,
+                    lora_dropout=cfg.lora.dropout,
+                    target_modules=list(cfg.lora.target_modules),
+                    task_type="CAUSAL_LM",
+                ),
             )
         return cls(model)
 
@@ -83,11 +94,16 @@ def check_vocab(init: str, model_vocab_size: int, target_tokenizer, revision=Non
     try:
         draft_tok = AutoTokenizer.from_pretrained(init, revision=revision, trust_remote_code=trust_remote_code)
     except OSError:
-        raise HeadsError(f"drafter.init={init!r} has no tokenizer; the draft must ship the target's tokenizer") from None
+        raise HeadsError(
+            f"drafter.init={init!r} has no tokenizer; the draft must ship the target's tokenizer"
+        ) from None
     if draft_tok.get_vocab() != target_tokenizer.get_vocab():
         raise HeadsError(
             f"vocabulary mismatch: drafter.init={init!r} has {len(draft_tok)} tokens, the target "
             f"{len(target_tokenizer)}, or they map tokens to different ids; pick a draft from the target's family"
         )
     if model_vocab_size < len(target_tokenizer):
-        raise HeadsError(f"drafter.init={init!r} has {model_vocab_size} embedding rows for {len(target_tokenizer)} tokens; it can't score the target's vocabulary")
+        raise HeadsError(
+            f"drafter.init={init!r} has {model_vocab_size} embedding rows for {len(target_tokenizer)} tokens; "
+            "it can't score the target's vocabulary"
+        )

@@ -15,19 +15,27 @@ Two ways to run it:
   features, positions ≤ t) and to its own entries of steps 1…j. Scores are a (T × T) product for
   step 0 plus one dot product per extra step, so memory grows linearly in n.
 - `decode`: incremental, with an `EagleCache` of the drafter's keys and values.
-Module and tensor names follow the speculators format vLLM serves (heads/formats/speculators.py).
+Module and tensor names follow the speculators format vLLM serves (heads/formats/speculators.py
+writes it from the native checkpoint).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from heads.errors import HeadsError
+from heads.target_features import default_eagle3_layers
+
+CONFIG, WEIGHTS = "config.json", "model.safetensors"
+NATIVE_KEY = "drafthub_kind"  # names the family in a native checkpoint's config.json
 
 
 @dataclass
@@ -135,7 +143,9 @@ class EagleAttention(nn.Module):
         scale = self.head_dim**-0.5
         scores = (q @ k.transpose(-1, -2)) * scale  # (B, h, Tq, Tk)
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        extra = [(q * dk.repeat_interleave(rep, 1)).sum(-1, keepdim=True) * scale for dk in diag_k]  # (B, h, Tq, 1) each
+        extra = [
+            (q * dk.repeat_interleave(rep, 1)).sum(-1, keepdim=True) * scale for dk in diag_k
+        ]  # (B, h, Tq, 1) each
         weights = torch.cat([scores, *extra], dim=-1).softmax(-1, dtype=torch.float32).to(q.dtype)
         out = weights[..., : k.shape[2]] @ v  # (B, h, Tq, d)
         for i, dv in enumerate(diag_v):
@@ -193,7 +203,16 @@ class EagleCache:
     def truncate(self, width: int) -> None:
         self.k, self.v, self.valid = self.k[:, :, :width], self.v[:, :, :width], self.valid[:, :width]
 
-    def attend_block(self, attn: "EagleAttention", q, k, v, entry_valid: torch.Tensor, block_mask: Optional[torch.Tensor] = None, cache_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def attend_block(
+        self,
+        attn: "EagleAttention",
+        q,
+        k,
+        v,
+        entry_valid: torch.Tensor,
+        block_mask: Optional[torch.Tensor] = None,
+        cache_mask: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         """Append a block's keys/values (B, kv, m, d) and attend its queries over cache + block.
 
         block_mask (B, m, m) defaults to causal, cache_mask (B, m, S) to every valid cached entry;
@@ -202,7 +221,9 @@ class EagleCache:
         B, m = entry_valid.shape
         if block_mask is None:
             block_mask = torch.ones(m, m, dtype=torch.bool, device=q.device).tril().expand(B, m, m)
-        block_mask = (block_mask & entry_valid[:, None, :]) | torch.eye(m, dtype=torch.bool, device=q.device)  # no empty rows
+        block_mask = (block_mask & entry_valid[:, None, :]) | torch.eye(
+            m, dtype=torch.bool, device=q.device
+        )  # no empty rows
         if cache_mask is None:
             cache_mask = self.valid[:, None, :].expand(B, m, self.width)
         mask = torch.cat([cache_mask, block_mask], dim=-1)[:, None]  # (B, 1, m, S+m)
@@ -233,11 +254,17 @@ class Eagle3Drafter(nn.Module):
         lm_head initialised from the target's rows of the draft vocabulary (heads.vocab.DraftVocab)."""
         tc = target.config
         n = tc.num_hidden_layers
-        layer_ids = list(cfg.layer_ids) if cfg.layer_ids is not None else [2, n // 2, n - 3]
+        layer_ids = list(cfg.layer_ids) if cfg.layer_ids is not None else default_eagle3_layers(n)
         if len(layer_ids) != 3 or len(set(layer_ids)) != 3 or not all(0 <= i <= n for i in layer_ids):
-            raise HeadsError(f"EAGLE-3 fuses 3 distinct target layers in 0..{n}; got layer_ids={layer_ids} (set drafter.layer_ids explicitly for a target this shallow)")
+            raise HeadsError(
+                f"EAGLE-3 fuses 3 distinct target layers in 0..{n}; got layer_ids={layer_ids} "
+                "(set drafter.layer_ids explicitly for a target this shallow)"
+            )
         if layer_ids != sorted(layer_ids):
-            raise HeadsError(f"drafter.layer_ids={layer_ids} must be ascending: vLLM and SGLang fuse the layers in layer order whatever the config lists; use {sorted(layer_ids)}")
+            raise HeadsError(
+                f"drafter.layer_ids={layer_ids} must be ascending: vLLM and SGLang fuse the layers in layer order "
+                f"whatever the config lists; use {sorted(layer_ids)}"
+            )
         embed, lm_head = target.get_input_embeddings().weight, target.get_output_embeddings().weight
         arch = EagleArch.for_target(cfg, target, draft_vocab.size, layer_ids)
         drafter = cls(arch)
@@ -249,17 +276,29 @@ class Eagle3Drafter(nn.Module):
         drafter.embed_tokens.weight.requires_grad_(False)  # the target's embeddings, shared as vLLM shares them
         return drafter
 
-    def save_pretrained(self, path, verifier: Optional[dict] = None, speculative_tokens: int = 3) -> None:
-        """The speculators format (heads/formats/speculators.py), linted before it is written."""
-        from heads.formats.speculators import save_speculators
+    def save_pretrained(self, path) -> None:
+        """The native checkpoint: the architecture as config.json, the weights as safetensors.
 
-        save_speculators(self, path, verifier or {"name_or_path": None, "architectures": []}, speculative_tokens)
+        It carries no serving settings (γ, verifier): the export writes those
+        (heads/formats/speculators.py), once, from this checkpoint."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / CONFIG).write_text(json.dumps({NATIVE_KEY: self.kind, "arch": asdict(self.arch)}, indent=2))
+        tensors = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        save_file(tensors, str(path / WEIGHTS), metadata={"format": "pt"})
 
     @classmethod
     def from_pretrained(cls, path) -> "Eagle3Drafter":
-        from heads.formats.speculators import load_speculators
-
-        return load_speculators(path)
+        """Load a native checkpoint written by save_pretrained (exports load with load_speculators)."""
+        path = Path(path)
+        config = json.loads((path / CONFIG).read_text()) if (path / CONFIG).exists() else {}
+        if config.get(NATIVE_KEY) != cls.kind or not (path / WEIGHTS).exists():
+            raise HeadsError(
+                f"{path} is not a native EAGLE-3 checkpoint (config.json with {NATIVE_KEY}: eagle3, {WEIGHTS})"
+            )
+        drafter = cls(EagleArch(**config["arch"]))
+        drafter.load_state_dict(load_file(str(path / WEIGHTS)))
+        return drafter
 
     @property
     def target_layer_ids(self) -> tuple[int, ...]:
@@ -272,11 +311,15 @@ class Eagle3Drafter(nn.Module):
         """(…, H) prenorm outputs → (…, D) draft-vocabulary logits."""
         return self.lm_head(self.norm(hidden))
 
-    def forward(self, features: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    def forward(
+        self, features: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int
+    ) -> list[torch.Tensor]:
         """Training entry point (what accelerate wraps): the training-time test, see ttt_logits."""
         return self.ttt_logits(features, input_ids, attention_mask, steps)
 
-    def ttt_logits(self, features: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    def ttt_logits(
+        self, features: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int
+    ) -> list[torch.Tensor]:
         """Training-time test over whole sequences.
 
         Args:
@@ -308,7 +351,16 @@ class Eagle3Drafter(nn.Module):
     def new_cache(self, batch_size: int, device) -> EagleCache:
         return EagleCache(batch_size, self.arch.num_key_value_heads, self.arch.head_dim, device, self.fc.weight.dtype)
 
-    def decode(self, cache: EagleCache, hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, entry_valid: torch.Tensor, block_mask: Optional[torch.Tensor] = None, cache_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def decode(
+        self,
+        cache: EagleCache,
+        hidden: torch.Tensor,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        entry_valid: torch.Tensor,
+        block_mask: Optional[torch.Tensor] = None,
+        cache_mask: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         """Run a block of m entries after the cached ones and append them to the cache.
 
         Args:

@@ -48,8 +48,12 @@ class Eagle1Drafter(nn.Module):
         self.embed_tokens = nn.Embedding(arch.vocab_size, arch.hidden_size)
         self.fc = nn.Linear(2 * arch.hidden_size, arch.hidden_size, bias=False)
         self.layers = nn.ModuleList([Eagle1Layer(arch)])
-        self.register_buffer("lm_head_weight", lm_head_weight.detach().float().clone(), persistent=False)  # the target's, frozen
-        self.register_buffer("d2t", torch.zeros(arch.vocab_size, dtype=torch.long), persistent=False)  # full vocabulary: identity map
+        self.register_buffer(
+            "lm_head_weight", lm_head_weight.detach().float().clone(), persistent=False
+        )  # the target's, frozen
+        self.register_buffer(
+            "d2t", torch.zeros(arch.vocab_size, dtype=torch.long), persistent=False
+        )  # full vocabulary: identity map
 
     @classmethod
     def from_target(cls, cfg, target) -> "Eagle1Drafter":
@@ -85,7 +89,16 @@ class Eagle1Drafter(nn.Module):
     def new_cache(self, batch_size: int, device) -> EagleCache:
         return EagleCache(batch_size, self.arch.num_key_value_heads, self.arch.head_dim, device, self.fc.weight.dtype)
 
-    def decode(self, cache: EagleCache, hidden, tokens, positions, entry_valid, block_mask: Optional[torch.Tensor] = None, cache_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def decode(
+        self,
+        cache: EagleCache,
+        hidden,
+        tokens,
+        positions,
+        entry_valid,
+        block_mask: Optional[torch.Tensor] = None,
+        cache_mask: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         """Same contract as Eagle3Drafter.decode; `hidden` are target features or earlier predictions."""
         layer = self.layers[0]
         x = self.fc(torch.cat([self.embed_tokens(tokens), hidden.to(self.fc.weight.dtype)], -1))
@@ -104,7 +117,11 @@ class Eagle1Drafter(nn.Module):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         (path / CONFIG).write_text(json.dumps(self.config_dict(), indent=2))
-        save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()}, str(path / WEIGHTS), metadata={"format": "pt"})
+        save_file(
+            {k: v.detach().contiguous() for k, v in self.state_dict().items()},
+            str(path / WEIGHTS),
+            metadata={"format": "pt"},
+        )
 
     @classmethod
     def from_pretrained(cls, path, lm_head_weight: torch.Tensor) -> "Eagle1Drafter":
@@ -113,20 +130,48 @@ class Eagle1Drafter(nn.Module):
         config = json.loads((path / CONFIG).read_text())
         try:
             arch = EagleArch(
-                hidden_size=config["hidden_size"], num_attention_heads=config["num_attention_heads"], num_key_value_heads=config["num_key_value_heads"],
-                intermediate_size=config["intermediate_size"], vocab_size=config["vocab_size"], draft_vocab_size=config["vocab_size"],
-                target_hidden_size=config["hidden_size"], rms_norm_eps=config["rms_norm_eps"], rope_theta=config["rope_theta"],
+                hidden_size=config["hidden_size"],
+                num_attention_heads=config["num_attention_heads"],
+                num_key_value_heads=config["num_key_value_heads"],
+                intermediate_size=config["intermediate_size"],
+                vocab_size=config["vocab_size"],
+                draft_vocab_size=config["vocab_size"],
+                target_hidden_size=config["hidden_size"],
+                rms_norm_eps=config["rms_norm_eps"],
+                rope_theta=config["rope_theta"],
                 max_position_embeddings=config["max_position_embeddings"],
             )
         except KeyError as e:
             raise HeadsError(f"{path}/{CONFIG} lacks {e}; not an EAGLE-1 checkpoint") from None
         if tuple(lm_head_weight.shape) != (arch.vocab_size, arch.hidden_size):
-            raise HeadsError(f"{path} is an EAGLE-1 drafter for hidden size {arch.hidden_size} and {arch.vocab_size} tokens; the target's lm_head is {tuple(lm_head_weight.shape)}")
+            raise HeadsError(
+                f"{path} is an EAGLE-1 drafter for hidden size {arch.hidden_size} and {arch.vocab_size} tokens; "
+                f"the target's lm_head is {tuple(lm_head_weight.shape)}"
+            )
         drafter = cls(arch, lm_head_weight)
         missing, unexpected = drafter.load_state_dict(load_file(str(path / WEIGHTS)), strict=False)
         if missing or unexpected:
-            raise HeadsError(f"{path}/{WEIGHTS} does not match its config: missing {sorted(missing)[:4]}, unexpected {sorted(unexpected)[:4]}")
+            raise HeadsError(
+                f"{path}/{WEIGHTS} does not match its config: missing {sorted(missing)[:4]}, "
+                f"unexpected {sorted(unexpected)[:4]}"
+            )
         return drafter
+
+    @staticmethod
+    def check_export(path) -> None:
+        """Format checks without the target (whose lm_head the drafter shares): fc is [H, 2H]."""
+        from safetensors import safe_open
+
+        path = Path(path)
+        if not (path / CONFIG).exists() or not (path / WEIGHTS).exists():
+            raise HeadsError(f"{path} is not an EAGLE-1 export: it needs {CONFIG} and {WEIGHTS}")
+        hidden = json.loads((path / CONFIG).read_text()).get("hidden_size")
+        with safe_open(str(path / WEIGHTS), "pt") as f:
+            shape = tuple(f.get_slice("fc.weight").get_shape()) if "fc.weight" in f.keys() else None
+        if not isinstance(hidden, int) or shape != (hidden, 2 * hidden):
+            raise HeadsError(
+                f"{path}: fc.weight has shape {shape}, expected (hidden_size, 2·hidden_size) for hidden_size={hidden}"
+            )
 
     def arch_dict(self) -> dict:
         return asdict(self.arch)

@@ -18,12 +18,19 @@ def lint_eagle3(config: dict, tensors: dict[str, torch.Tensor]) -> list[str]:
     if not isinstance(ids, list) or len(ids) != 3 or not all(isinstance(i, int) for i in ids):
         problems.append(f"eagle_aux_hidden_state_layer_ids must list 3 explicit layer ids, got {ids!r}")
     elif ids != sorted(ids):
-        problems.append(f"eagle_aux_hidden_state_layer_ids={ids} must be ascending (vLLM and SGLang concatenate the layers in layer order, so fc's columns would be misread)")
+        problems.append(
+            f"eagle_aux_hidden_state_layer_ids={ids} must be ascending "
+            "(vLLM and SGLang concatenate the layers in layer order, so fc's columns would be misread)"
+        )
     for flag in ("norm_before_residual",):
         if not isinstance(config.get(flag), bool):
-            problems.append(f"{flag} must be an explicit true/false (vLLM defaults a missing one), got {config.get(flag)!r}")
+            problems.append(
+                f"{flag} must be an explicit true/false (vLLM defaults a missing one), got {config.get(flag)!r}"
+            )
     if "model_type" in config:
-        problems.append("a speculators config has no top-level model_type (vLLM would not route it to the speculators loader)")
+        problems.append(
+            "a speculators config has no top-level model_type (vLLM would not route it to the speculators loader)"
+        )
     if not all(isinstance(x, int) for x in (H, Ht, D)):
         return problems + [f"hidden_size, target_hidden_size and draft_vocab_size must be set, got {H}, {Ht}, {D}"]
 
@@ -34,7 +41,11 @@ def lint_eagle3(config: dict, tensors: dict[str, torch.Tensor]) -> list[str]:
         "fc.weight": (H, 3 * Ht),
         "lm_head.weight": (D, H),
         "d2t": (D,),
-        "layers.0.self_attn.q_proj.weight": (layer.get("num_attention_heads", 0) * (layer.get("head_dim") or H // max(layer.get("num_attention_heads", 1), 1)), 2 * H),
+        "layers.0.self_attn.q_proj.weight": (
+            layer.get("num_attention_heads", 0)
+            * (layer.get("head_dim") or H // max(layer.get("num_attention_heads", 1), 1)),
+            2 * H,
+        ),
         "norm.weight": (H,),
         "layers.0.hidden_norm.weight": (H,),
     }
@@ -44,7 +55,9 @@ def lint_eagle3(config: dict, tensors: dict[str, torch.Tensor]) -> list[str]:
     for proj in ("k_proj", "v_proj"):
         got = shape(f"layers.0.self_attn.{proj}.weight")
         if got is None or got[1] != 2 * H:
-            problems.append(f"layers.0.self_attn.{proj}.weight takes input width {got and got[1]}, expected 2·hidden = {2 * H}")
+            problems.append(
+                f"layers.0.self_attn.{proj}.weight takes input width {got and got[1]}, expected 2·hidden = {2 * H}"
+            )
     if "t2d" in tensors and "d2t" in tensors and shape("d2t") == (D,):
         t2d, d2t = tensors["t2d"], tensors["d2t"]
         if t2d.dtype != torch.bool or int(t2d.sum()) != D:
@@ -52,7 +65,10 @@ def lint_eagle3(config: dict, tensors: dict[str, torch.Tensor]) -> list[str]:
         else:
             mapped = d2t.long() + torch.arange(D)
             if d2t.dtype != torch.int64 or not torch.equal(mapped, t2d.nonzero().flatten()):
-                problems.append("d2t does not map draft ids onto exactly the target ids t2d marks (target = draft + d2t[draft], int64)")
+                problems.append(
+                    "d2t does not map draft ids onto exactly the target ids t2d marks "
+                    "(target = draft + d2t[draft], int64)"
+                )
     else:
         problems.append("d2t and t2d must both be present")
     return problems

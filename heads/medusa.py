@@ -56,7 +56,12 @@ class MedusaHeads(nn.Module):
 
     def __init__(self, hidden_size: int, vocab_size: int, num_heads: int = 4, num_layers: int = 1):
         super().__init__()
-        self.hidden_size, self.vocab_size, self.num_heads, self.num_layers = hidden_size, vocab_size, num_heads, num_layers
+        self.hidden_size, self.vocab_size, self.num_heads, self.num_layers = (
+            hidden_size,
+            vocab_size,
+            num_heads,
+            num_layers,
+        )
         self.blocks = nn.ModuleList(ResidualBlock(hidden_size, num_layers) for _ in range(num_heads))
         self.lm_heads = nn.ModuleList(nn.Linear(hidden_size, vocab_size, bias=False) for _ in range(num_heads))
         # Token tree (paths of per-head candidate ranks) and the held-out accuracy it was built
@@ -69,7 +74,10 @@ class MedusaHeads(nn.Module):
         """Fresh heads for `target` (any HF causal LM): identity blocks, lm_heads copied from the target's."""
         lm_head = target.get_output_embeddings()
         if lm_head is None or getattr(lm_head, "bias", None) is not None:
-            raise HeadsError("Medusa needs a target whose output layer is a bias-free linear lm_head (LLaMA-style); this target's isn't")
+            raise HeadsError(
+                "Medusa needs a target whose output layer is a bias-free linear lm_head (LLaMA-style); "
+                "this target's isn't"
+            )
         vocab_size, hidden_size = lm_head.weight.shape
         heads = cls(hidden_size, vocab_size, cfg.num_heads, cfg.num_layers)
         with torch.no_grad():
@@ -109,10 +117,16 @@ class MedusaHeads(nn.Module):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         (path / CONFIG).write_text(json.dumps(self.config_dict(), indent=2))
-        save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()}, str(path / WEIGHTS), metadata={"format": "pt"})
+        save_file(
+            {k: v.detach().contiguous() for k, v in self.state_dict().items()},
+            str(path / WEIGHTS),
+            metadata={"format": "pt"},
+        )
         if self.tree is not None:
             saved = {"paths": [list(p) for p in self.tree], **(self.calibration or {})}
-            (path / TREE).write_text("{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in saved.items()) + "\n}\n")  # a line per field
+            (path / TREE).write_text(
+                "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in saved.items()) + "\n}\n"
+            )  # a line per field
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "MedusaHeads":
@@ -125,16 +139,27 @@ class MedusaHeads(nn.Module):
             raise HeadsError(f"{path}/{CONFIG} has model_type={config.get('model_type')!r}, not 'medusa'")
         missing_keys = [k for k in ("hidden_size", "vocab_size", "num_heads", "num_hidden_layers") if k not in config]
         if missing_keys:
-            raise HeadsError(f"{path}/{CONFIG} lacks {missing_keys}; a Medusa config names num_heads, num_hidden_layers, hidden_size and vocab_size")
-        if config.get("original_lm_head") or config.get("truncated_vocab_size", config["vocab_size"]) != config["vocab_size"]:
-            raise HeadsError(f"{path}: shared (original_lm_head) or truncated-vocabulary Medusa heads are not supported; export one full lm_head per head")
+            raise HeadsError(
+                f"{path}/{CONFIG} lacks {missing_keys}; "
+                "a Medusa config names num_heads, num_hidden_layers, hidden_size and vocab_size"
+            )
+        if (
+            config.get("original_lm_head")
+            or config.get("truncated_vocab_size", config["vocab_size"]) != config["vocab_size"]
+        ):
+            raise HeadsError(
+                f"{path}: shared (original_lm_head) or truncated-vocabulary Medusa heads are not supported; "
+                "export one full lm_head per head"
+            )
         heads = cls(config["hidden_size"], config["vocab_size"], config["num_heads"], config["num_hidden_layers"])
         state = {k.removeprefix("medusa_heads."): v for k, v in load_file(str(path / WEIGHTS)).items()}
         expected = heads.state_dict()
         missing = sorted(set(expected) - set(state))
         wrong = sorted(k for k in expected if k in state and state[k].shape != expected[k].shape)
         if missing or wrong:
-            raise HeadsError(f"{path}/{WEIGHTS} does not match its config: missing {missing[:4]}, wrong shape {wrong[:4]}")
+            raise HeadsError(
+                f"{path}/{WEIGHTS} does not match its config: missing {missing[:4]}, wrong shape {wrong[:4]}"
+            )
         heads.load_state_dict({k: state[k] for k in expected})
         if (path / TREE).exists():
             saved = json.loads((path / TREE).read_text())
@@ -142,7 +167,9 @@ class MedusaHeads(nn.Module):
                 heads.tree = [tuple(p) for p in saved.pop("paths")]
                 tree_parents(heads.tree)
             except (KeyError, TypeError, ValueError) as e:
-                raise HeadsError(f"{path}/{TREE} is not a token tree ({e}); delete it or rebuild it by re-running the train stage") from None
+                raise HeadsError(
+                    f"{path}/{TREE} is not a token tree ({e}); delete it or rebuild it by re-running the train stage"
+                ) from None
             if max(map(len, heads.tree), default=0) > heads.num_heads:
                 raise HeadsError(f"{path}/{TREE} is deeper than the {heads.num_heads} heads")
             heads.calibration = saved
@@ -150,7 +177,8 @@ class MedusaHeads(nn.Module):
 
 
 def _vllm_field_names(config: dict) -> dict:
-    """Config keys as vLLM reads them: any key with "num" and "heads" is num_heads, "num" and "layers" num_hidden_layers."""
+    """Config keys as vLLM reads them: any key with "num" and "heads" is num_heads,
+    "num" and "layers" num_hidden_layers."""
     out = {}
     for key, value in config.items():
         if "num" in key and "heads" in key:
@@ -159,3 +187,11 @@ def _vllm_field_names(config: dict) -> dict:
             key = "num_hidden_layers"
         out[key] = value
     return out
+
+
+def check_medusa_settings(cfg: MedusaConfig) -> None:
+    """Settings that would otherwise fail only after training (HeadsError naming the first bad one)."""
+    for key in ("num_heads", "num_layers", "tree_nodes", "tree_topk", "holdout_samples"):
+        if getattr(cfg, key) < 1:
+            why = ": the token tree is built from held-out accuracy" if key == "holdout_samples" else ""
+            raise HeadsError(f"drafter.{key}={getattr(cfg, key)} must be ≥ 1{why}")

@@ -69,7 +69,9 @@ def tree_parents(paths: list[tuple[int, ...]]) -> list[int]:
     index = {p: i for i, p in enumerate(paths)}
     missing = [p for p in paths if len(p) > 1 and p[:-1] not in index]
     if missing or any(index[p[:-1]] > index[p] for p in paths if len(p) > 1):
-        raise ValueError(f"tree paths are not closed under prefixes in topological order: {missing[:3] or 'parent after child'}")
+        raise ValueError(
+            f"tree paths are not closed under prefixes in topological order: {missing[:3] or 'parent after child'}"
+        )
     return [index[p[:-1]] if len(p) > 1 else -1 for p in paths]
 
 

@@ -46,7 +46,9 @@ def token_counts(sequences: Iterable[list[int]], masks: Iterable[list[int]], voc
     return counts
 
 
-def build_draft_vocab(counts: torch.Tensor, draft_vocab_size: int, always: Iterable[int] = ()) -> tuple[DraftVocab, dict]:
+def build_draft_vocab(
+    counts: torch.Tensor, draft_vocab_size: int, always: Iterable[int] = ()
+) -> tuple[DraftVocab, dict]:
     """The draft_vocab_size most frequent tokens (plus `always`, e.g. end-of-turn ids), and a coverage report.
 
     Returns:

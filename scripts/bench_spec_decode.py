@@ -39,14 +39,25 @@ def _prompts(tokenizer, target_name: str, count: int) -> list[list[int]]:
 
 
 def _hf_generate(target, ids: list[int], max_new_tokens: int, eos_id: int, pad_id: int, assistant=None) -> list[int]:
-    out = target.generate(torch.tensor([ids]), assistant_model=assistant, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos_id, pad_token_id=pad_id)
+    out = target.generate(
+        torch.tensor([ids]),
+        assistant_model=assistant,
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+    )
     return out[0, len(ids) :].tolist()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--drafter", type=Path, default=None, help="exported toy draft LM (default: newest runs/toy/*/drafter)")
-    parser.add_argument("--gamma", type=int, default=4, help="num_speculative_tokens, the same for ours and transformers'")
+    parser.add_argument(
+        "--drafter", type=Path, default=None, help="exported toy draft LM (default: newest runs/toy/*/drafter)"
+    )
+    parser.add_argument(
+        "--gamma", type=int, default=4, help="num_speculative_tokens, the same for ours and transformers'"
+    )
     parser.add_argument("--num-prompts", type=int, default=24)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -54,8 +65,8 @@ def main() -> None:
 
     from transformers import AutoModelForCausalLM
 
-    from distill.target import load_tokenizer, resolve_target
     from distill.config import TargetConfig
+    from distill.target import load_tokenizer, resolve_target
     from eval.metrics import Tally, decode_figures
     from eval.proposer import DraftLMProposer
     from eval.sampling import SamplingParams
@@ -63,7 +74,9 @@ def main() -> None:
 
     drafter = args.drafter or _newest_toy_drafter()
     if drafter is None or not (drafter / "drafthub.json").exists():
-        sys.exit("error: no exported toy drafter found; run `python -m train` first (about 10 min) or pass --drafter DIR")
+        sys.exit(
+            "error: no exported toy drafter found; run `python -m train` first (about 10 min) or pass --drafter DIR"
+        )
     torch.set_num_threads(args.threads)
     target_name = json.loads((drafter / "drafthub.json").read_text())["target"]["name_or_path"]
     tokenizer = load_tokenizer(TargetConfig(name_or_path=target_name))
@@ -77,8 +90,13 @@ def main() -> None:
     eos, pad, vocab = tokenizer.eos_token_id, tokenizer.pad_token_id, len(tokenizer)
     greedy, proposer = SamplingParams(), DraftLMProposer(draft, vocab)
     runs = {
-        "ours_autoregressive": lambda ids: (autoregressive_generate(target, [ids], args.max_new_tokens, greedy, {eos}, vocab)[0], None),
-        "ours_speculative": lambda ids: (lambda out: (out[0][0], out[1]))(speculative_generate(target, proposer, [ids], args.max_new_tokens, args.gamma, greedy, {eos}, vocab)),
+        "ours_autoregressive": lambda ids: (
+            autoregressive_generate(target, [ids], args.max_new_tokens, greedy, {eos}, vocab)[0],
+            None,
+        ),
+        "ours_speculative": lambda ids: (lambda out: (out[0][0], out[1]))(
+            speculative_generate(target, proposer, [ids], args.max_new_tokens, args.gamma, greedy, {eos}, vocab)
+        ),
         "hf_assisted": lambda ids: (_hf_generate(target, ids, args.max_new_tokens, eos, pad, draft), None),
         "hf_autoregressive": lambda ids: (_hf_generate(target, ids, args.max_new_tokens, eos, pad), None),
     }
@@ -103,29 +121,35 @@ def main() -> None:
     tps = {k: t.tokens / t.seconds for k, t in tallies.items()}
     fig = decode_figures(tallies["ours_speculative"], tallies["ours_autoregressive"], args.gamma, is_chain=True)
     per_step = fig["seconds_per_step"]
-    print(json.dumps({
-        "tokens_per_second": {k: round(v, 1) for k, v in tps.items()},
-        "speedup_b_over_a": round(fig["speedup"], 3),
-        "ratio_b_over_c": round(tps["ours_speculative"] / tps["hf_assisted"], 3),
-        "alpha": round(fig["alpha"], 3),
-        "tau": round(fig["tau"], 3),
-        "cost_ratio": round(fig["cost_ratio"], 3),
-        "predicted_speedup": round(fig["predicted_speedup"], 3),
-        "speedup_over_predicted": round(fig["speedup"] / fig["predicted_speedup"], 3),
-        "predicted_speedup_from_tau": round(fig["predicted_speedup_from_tau"], 3),
-        "identical_tokens": identical,
-        "ms_per_step": {
-            "draft": round(per_step["draft"] * 1e3, 2),
-            "target_verify_forward": round(per_step["target_forward"] * 1e3, 2),
-            "accept_and_cache": round(per_step["verify_and_cache"] * 1e3, 2),
-            "other": round(per_step["other"] * 1e3, 2),
-        },
-        "ms_per_autoregressive_token": round(tallies["ours_autoregressive"].seconds / tallies["ours_autoregressive"].tokens * 1e3, 2),
-        "gamma": args.gamma,
-        "prompts": len(prompts) - 2,
-        "max_new_tokens": args.max_new_tokens,
-        "threads": args.threads,
-    }))
+    print(
+        json.dumps(
+            {
+                "tokens_per_second": {k: round(v, 1) for k, v in tps.items()},
+                "speedup_b_over_a": round(fig["speedup"], 3),
+                "ratio_b_over_c": round(tps["ours_speculative"] / tps["hf_assisted"], 3),
+                "alpha": round(fig["alpha"], 3),
+                "tau": round(fig["tau"], 3),
+                "cost_ratio": round(fig["cost_ratio"], 3),
+                "predicted_speedup": round(fig["predicted_speedup"], 3),
+                "speedup_over_predicted": round(fig["speedup"] / fig["predicted_speedup"], 3),
+                "predicted_speedup_from_tau": round(fig["predicted_speedup_from_tau"], 3),
+                "identical_tokens": identical,
+                "ms_per_step": {
+                    "draft": round(per_step["draft"] * 1e3, 2),
+                    "target_verify_forward": round(per_step["target_forward"] * 1e3, 2),
+                    "accept_and_cache": round(per_step["verify_and_cache"] * 1e3, 2),
+                    "other": round(per_step["other"] * 1e3, 2),
+                },
+                "ms_per_autoregressive_token": round(
+                    tallies["ours_autoregressive"].seconds / tallies["ours_autoregressive"].tokens * 1e3, 2
+                ),
+                "gamma": args.gamma,
+                "prompts": len(prompts) - 2,
+                "max_new_tokens": args.max_new_tokens,
+                "threads": args.threads,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -30,19 +30,32 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     H, T, B = args.hidden, args.seq_len, args.batch
-    arch = EagleArch(hidden_size=H, num_attention_heads=args.heads, num_key_value_heads=args.heads, intermediate_size=3 * H, vocab_size=args.vocab, draft_vocab_size=args.draft_vocab, target_hidden_size=H, layer_ids=[2, 4, 5])
+    arch = EagleArch(
+        hidden_size=H,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.heads,
+        intermediate_size=3 * H,
+        vocab_size=args.vocab,
+        draft_vocab_size=args.draft_vocab,
+        target_hidden_size=H,
+        layer_ids=[2, 4, 5],
+    )
     drafter = Eagle3Drafter(arch)
     features = torch.randn(B, T, 3 * H)
     ids = torch.randint(0, args.vocab, (B, T))
     mask = torch.ones_like(ids)
     saved = {n: saved_for_backward_bytes(lambda n=n: drafter(features, ids, mask, n)) for n in (1, 4, 7)}
-    print(json.dumps({
-        "saved_bytes": saved,
-        "bytes_per_extra_step": [(saved[4] - saved[1]) / 3, (saved[7] - saved[4]) / 3],
-        "ratio_7_over_1": saved[7] / saved[1],
-        "unrolled_mask_bytes_n7": (7 * T) ** 2 * B * args.heads * 4,
-        "shape": {"batch": B, "seq_len": T, "hidden": H, "heads": args.heads, "draft_vocab": args.draft_vocab},
-    }))
+    print(
+        json.dumps(
+            {
+                "saved_bytes": saved,
+                "bytes_per_extra_step": [(saved[4] - saved[1]) / 3, (saved[7] - saved[4]) / 3],
+                "ratio_7_over_1": saved[7] / saved[1],
+                "unrolled_mask_bytes_n7": (7 * T) ** 2 * B * args.heads * 4,
+                "shape": {"batch": B, "seq_len": T, "hidden": H, "heads": args.heads, "draft_vocab": args.draft_vocab},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--public", action="store_true", help="create the Hub repo public")
     ap.add_argument("--force", action="store_true", help="overwrite an existing branch of the same name")
     ap.add_argument("--min-tau", type=float, help="override the recipe's publish.min_tau")
-    ap.add_argument("--dry-run", action="store_true", help="check the gate and list what would be uploaded, upload nothing")
+    ap.add_argument(
+        "--dry-run", action="store_true", help="check the gate and list what would be uploaded, upload nothing"
+    )
     ap.add_argument("--list", action="store_true", help="print a registry's drafters, best τ first (with --hub-dir)")
     ap.add_argument("--target", help="with --list: only this target's drafters")
     args = ap.parse_args(argv)
@@ -40,13 +42,24 @@ def main(argv: list[str] | None = None) -> int:
                 raise PublishError("--list reads a local registry; pass --hub-dir PATH")
             for d in list_drafters(args.hub_dir, args.target):
                 served = "–" if not d["served"] else f"{d['served']['verdict']} (τ {d['served']['tau']:.3f})"
-                print(f"{d['target']}\t{d['model_name']} v{d['version']}\t{d['kind']}\tτ {d['tau']:.3f}\tα {d['alpha']:.3f}\t{d['speedup']:.2f}×\tserved {served}\t{d['size_bytes'] / 1e6:.1f} MB\t{d['published'][:10]}\t{d['path']}")
+                print(
+                    f"{d['target']}\t{d['model_name']} v{d['version']}\t{d['kind']}\tτ {d['tau']:.3f}\t"
+                    f"α {d['alpha']:.3f}\t{d['speedup']:.2f}×\tserved {served}\t{d['size_bytes'] / 1e6:.1f} MB\t"
+                    f"{d['published'][:10]}\t{d['path']}"
+                )
             return 0
         if not args.drafter_dir or bool(args.repo_id) == bool(args.hub_dir):
-            raise PublishError("give DRAFTER_DIR and exactly one of --repo-id NAME (Hugging Face Hub) or --hub-dir PATH (local registry)")
+            raise PublishError(
+                "give DRAFTER_DIR and exactly one of --repo-id NAME (Hugging Face Hub) "
+                "or --hub-dir PATH (local registry)"
+            )
         if args.dry_run:
             prov = check_publishable(args.drafter_dir, args.min_tau)
-            where = f"{args.hub_dir} (next version of {prov.get('model_name')})" if args.hub_dir else f"{args.repo_id}@{args.revision or run_revision(prov)} ({'public' if args.public else 'private'})"
+            where = (
+                f"{args.hub_dir} (next version of {prov.get('model_name')})"
+                if args.hub_dir
+                else f"{args.repo_id}@{args.revision or run_revision(prov)} ({'public' if args.public else 'private'})"
+            )
             print(f"would publish to {where}:")
             for path, size in upload_files(args.drafter_dir):
                 print(f"  {path}\t{size} bytes")
@@ -57,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if args.min_tau is not None:
                 check_publishable(args.drafter_dir, args.min_tau)
-            revision = push_to_hub(args.drafter_dir, args.repo_id, private=not args.public, force=args.force, revision=args.revision)
+            revision = push_to_hub(
+                args.drafter_dir, args.repo_id, private=not args.public, force=args.force, revision=args.revision
+            )
             print(f"published https://huggingface.co/{args.repo_id}/tree/{revision}")
     except PublishError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -56,7 +56,15 @@ def weak_draft(target, micro_world):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=target.config.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=target.config.vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+    )
     draft = LlamaForCausalLM(cfg).eval()
     # Share the target's embeddings (projected) so its guesses are correlated with the target's.
     with torch.no_grad():

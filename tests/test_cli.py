@@ -9,7 +9,16 @@ import pytest
 
 from tests.conftest import REPO
 
-SMALL = ["target=micro", "data.max_prompts=24", "data.sampling.max_new_tokens=24", "trainer.max_steps=6", "trainer.batch_size=8", "eval.num_prompts=4", "eval.max_new_tokens=24", "eval.gamma_sweep=[1,2]"]
+SMALL = [
+    "target=micro",
+    "data.max_prompts=24",
+    "data.sampling.max_new_tokens=24",
+    "trainer.max_steps=6",
+    "trainer.batch_size=8",
+    "eval.num_prompts=4",
+    "eval.max_new_tokens=24",
+    "eval.gamma_sweep=[1,2]",
+]
 
 
 def run(*args, cwd=REPO):
@@ -35,12 +44,17 @@ def test_malformed_jsonl_is_one_clear_line(tmp_path):
 
 @pytest.mark.slow
 def test_vocabulary_mismatch_is_one_clear_line(tmp_path, micro_world):
-    from distill.toyworld.tokenizer import train_tokenizer
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from distill.toyworld.tokenizer import train_tokenizer
 
     other = tmp_path / "other-draft"
     tok = train_tokenizer(["def f(x):\n    return x\n" * 50], vocab_size=300)
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=1)).save_pretrained(other)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=1
+        )
+    ).save_pretrained(other)
     tok.save_pretrained(other)
     r = run("train", *SMALL, "stages=[distill,train]", f"drafter.init={other}", f"run_dir={tmp_path}/run")
     assert r.returncode == 2, r.stderr[-2000:]
@@ -57,7 +71,10 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world, monkeypat
     report = json.loads((run_dir / "eval" / "eval_report.json").read_text())
     assert report["lossless"] is True and report["tau"] >= 1.0
     assert [g["num_speculative_tokens"] for g in report["gamma_sweep"]] == [1, 2, 4]
-    assert report["recommended_num_speculative_tokens"] == max(report["gamma_sweep"], key=lambda g: g["speedup"])["num_speculative_tokens"]
+    assert (
+        report["recommended_num_speculative_tokens"]
+        == max(report["gamma_sweep"], key=lambda g: g["speedup"])["num_speculative_tokens"]
+    )
     for f in ("eval_samples.jsonl", "report.md", "acceptance.png", "gamma_sweep.png"):
         assert (run_dir / "eval" / f).exists()
     assert "](gamma_sweep.png)" in (run_dir / "eval" / "report.md").read_text()
@@ -75,14 +92,39 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world, monkeypat
         for f in root.rglob("*"):
             assert not f.is_file() or secret.encode() not in f.read_bytes(), f  # the token is never written
     # The standalone eval app measures the exported drafter against the target it names.
-    r = run("eval", f"drafter_dir={run_dir}/drafter", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev", "eval.num_prompts=3", "eval.max_new_tokens=16", "eval.tree=[2,1]", "eval.batch_size=2")
+    r = run(
+        "eval",
+        f"drafter_dir={run_dir}/drafter",
+        f"prompts={micro_world.prompts_file('heldout')}",
+        f"out_dir={tmp_path}/ev",
+        "eval.num_prompts=3",
+        "eval.max_new_tokens=16",
+        "eval.tree=[2,1]",
+        "eval.batch_size=2",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1])["lossless"] is True
-    r = run("eval", f"drafter_dir={run_dir}/drafter", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev2", "eval.acceptance=tipical")
-    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: eval.acceptance='tipical' is not a rule")
+    r = run(
+        "eval",
+        f"drafter_dir={run_dir}/drafter",
+        f"prompts={micro_world.prompts_file('heldout')}",
+        f"out_dir={tmp_path}/ev2",
+        "eval.acceptance=tipical",
+    )
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith(
+        "error: eval.acceptance='tipical' is not a rule"
+    )
     assert not (tmp_path / "ev2").exists()
-    r = run("eval", f"drafter_dir={run_dir}/drafter", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev3", "eval.tree=drafter")
-    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("error: eval.tree=drafter needs a drafter that saves its tree")
+    r = run(
+        "eval",
+        f"drafter_dir={run_dir}/drafter",
+        f"prompts={micro_world.prompts_file('heldout')}",
+        f"out_dir={tmp_path}/ev3",
+        "eval.tree=drafter",
+    )
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith(
+        "error: eval.tree=drafter needs a drafter that saves its tree"
+    )
     # Second run: every stage is found complete and skipped (fast, same report).
     mtime = (run_dir / "eval" / "eval_report.json").stat().st_mtime
     r = run("train", *SMALL, f"run_dir={tmp_path}/run", f"publish.hub_dir={tmp_path}/hub")
@@ -94,7 +136,15 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world, monkeypat
 def test_toy_medusa_recipe_end_to_end(tmp_path, micro_world):
     """Distil, train heads, calibrate the tree, evaluate losslessly, export in vLLM's Medusa format."""
     small = [s for s in SMALL if not s.startswith("eval.gamma_sweep")]
-    r = run("train", "recipe=toy_medusa", *small, "trainer.max_steps=10", "drafter.holdout_samples=8", "drafter.tree_nodes=10", f"run_dir={tmp_path}/run")
+    r = run(
+        "train",
+        "recipe=toy_medusa",
+        *small,
+        "trainer.max_steps=10",
+        "drafter.holdout_samples=8",
+        "drafter.tree_nodes=10",
+        f"run_dir={tmp_path}/run",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     drafter = tmp_path / "run" / "drafter"
     config = json.loads((drafter / "config.json").read_text())
@@ -106,11 +156,26 @@ def test_toy_medusa_recipe_end_to_end(tmp_path, micro_world):
     assert [g["num_speculative_tokens"] for g in report["gamma_sweep"]] == [1, 2, 3, 4]  # capped at the head count
     prompts = micro_world.prompts_file("heldout")
     # The exported directory decodes with its own tree, losslessly, through the eval app.
-    r = run("eval", f"drafter_dir={drafter}", f"prompts={prompts}", f"out_dir={tmp_path}/ev", "eval.num_prompts=3", "eval.max_new_tokens=16", "eval.tree=drafter", "eval.batch_size=2")
+    r = run(
+        "eval",
+        f"drafter_dir={drafter}",
+        f"prompts={prompts}",
+        f"out_dir={tmp_path}/ev",
+        "eval.num_prompts=3",
+        "eval.max_new_tokens=16",
+        "eval.tree=drafter",
+        "eval.batch_size=2",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1])["lossless"] is True
     assert json.loads((tmp_path / "ev" / "eval_report.json").read_text())["draft_tokens_per_step"] == 10
-    r = run("eval", f"drafter_dir={drafter}", f"prompts={prompts}", f"out_dir={tmp_path}/ev2", "eval.num_speculative_tokens=6")
+    r = run(
+        "eval",
+        f"drafter_dir={drafter}",
+        f"prompts={prompts}",
+        f"out_dir={tmp_path}/ev2",
+        "eval.num_speculative_tokens=6",
+    )
     assert r.returncode == 2 and "proposes at most 4 tokens per step; lower it" in r.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "ev2").exists()
 
@@ -146,32 +211,110 @@ def test_eval_app_templates_prompts_as_the_drafter_was_trained(tmp_path, tokeniz
 
 @pytest.mark.slow
 def test_toy_eagle_recipe_end_to_end(tmp_path, micro_world):
-    """Distil, build the draft vocabulary, write offline features, train with TTT, evaluate losslessly, export for vLLM and SGLang."""
+    """Distil, build the draft vocabulary, write offline features, train with TTT, evaluate losslessly,
+    export for vLLM and SGLang."""
     small = [s for s in SMALL if not s.startswith("eval.gamma_sweep")]
-    r = run("train", "recipe=toy_eagle", *small, "drafter.layer_ids=[0,1,2]", "drafter.draft_vocab_size=300", "drafter.features=offline", "drafter.select_samples=8", "trainer.max_steps=6", "trainer.save_every=3", "eval.gamma_sweep=[1,2]", f"run_dir={tmp_path}/run")
+    r = run(
+        "train",
+        "recipe=toy_eagle",
+        *small,
+        "drafter.layer_ids=[0,1,2]",
+        "drafter.draft_vocab_size=300",
+        "drafter.features=offline",
+        "drafter.select_samples=8",
+        "trainer.max_steps=6",
+        "trainer.save_every=3",
+        "eval.gamma_sweep=[1,2]",
+        f"run_dir={tmp_path}/run",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "offline features:" in r.stdout and len(list((tmp_path / "run" / "data" / "features").glob("*/manifest.json"))) == 1
+    assert (
+        "offline features:" in r.stdout
+        and len(list((tmp_path / "run" / "data" / "features").glob("*/manifest.json"))) == 1
+    )
     summary = json.loads((tmp_path / "run" / "checkpoints" / "final" / "train_summary.json").read_text())
     assert summary["selected_checkpoint"]["step"] in (3, 6)  # scored by simulated τ on 8 held-out samples
     drafter = tmp_path / "run" / "drafter"
     config = json.loads((drafter / "config.json").read_text())
-    assert config["speculators_model_type"] == "eagle3" and config["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2] and config["draft_vocab_size"] == 300
+    assert (
+        config["speculators_model_type"] == "eagle3"
+        and config["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
+        and config["draft_vocab_size"] == 300
+    )
     assert (drafter / "sglang" / "model.safetensors").exists()
     prov = json.loads((drafter / "drafthub.json").read_text())
     assert 0 < prov["draft_vocab"]["coverage"] <= 1
     report = json.loads((tmp_path / "run" / "eval" / "eval_report.json").read_text())
     assert report["kind"] == "eagle3" and report["lossless"] is True
-    r = run("eval", f"drafter_dir={drafter}", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev", "eval.num_prompts=3", "eval.max_new_tokens=16", "eval.tree=dynamic", "eval.batch_size=2")
+    r = run(
+        "eval",
+        f"drafter_dir={drafter}",
+        f"prompts={micro_world.prompts_file('heldout')}",
+        f"out_dir={tmp_path}/ev",
+        "eval.num_prompts=3",
+        "eval.max_new_tokens=16",
+        "eval.tree=dynamic",
+        "eval.batch_size=2",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1])["lossless"] is True
-    r = run("eval", f"drafter_dir={drafter}", f"prompts={micro_world.prompts_file('heldout')}", f"out_dir={tmp_path}/ev2", "eval.tree=drafter")
+    r = run(
+        "eval",
+        f"drafter_dir={drafter}",
+        f"prompts={micro_world.prompts_file('heldout')}",
+        f"out_dir={tmp_path}/ev2",
+        "eval.tree=drafter",
+    )
     assert r.returncode == 2 and "is not an EAGLE tree" in r.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.slow
 def test_eagle1_trains_from_offline_features(tmp_path, micro_world):
-    r = run("train", "recipe=toy_eagle", "drafter=eagle1", "drafter.features=offline", *SMALL, "stages=[distill,train]", f"run_dir={tmp_path}/run")
+    r = run(
+        "train",
+        "recipe=toy_eagle",
+        "drafter=eagle1",
+        "drafter.features=offline",
+        *SMALL,
+        "stages=[distill,train]",
+        f"run_dir={tmp_path}/run",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads((tmp_path / "run" / "checkpoints" / "final" / "config.json").read_text())["drafthub_kind"] == "eagle1"
+    assert (
+        json.loads((tmp_path / "run" / "checkpoints" / "final" / "config.json").read_text())["drafthub_kind"]
+        == "eagle1"
+    )
     manifest = json.loads(next((tmp_path / "run" / "data" / "features").glob("*/manifest.json")).read_text())
-    assert manifest["layer_ids"] == [] and manifest["bytes_per_token"] == 2 * 64  # the micro target's lm_head input, bf16
+    assert (
+        manifest["layer_ids"] == [] and manifest["bytes_per_token"] == 2 * 64
+    )  # the micro target's lm_head input, bf16
+
+
+def test_an_unknown_drafter_kind_stops_before_any_stage(tmp_path):
+    r = run("train", "target=micro", "drafter.kind=nope", f"run_dir={tmp_path}/run")
+    assert r.returncode == 2
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: drafter.kind='nope' has no entry in the family table") and "'ngram'" in last
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_training_free_ngram_skips_the_train_stage(tmp_path, micro_world):
+    small = ["target=micro", "eval.num_prompts=4", "eval.max_new_tokens=24", "eval.gamma_sweep=[1,2]"]
+    r = run("train", "recipe=toy_ngram", *small, "stages=[train,eval,publish]", f"run_dir={tmp_path}/run")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "[train] skipped: ngram is training-free" in r.stdout
+    report = json.loads((tmp_path / "run" / "eval" / "eval_report.json").read_text())
+    assert report["kind"] == "ngram" and report["lossless"] is True and report["tau"] >= 1.0
+    assert not (tmp_path / "run" / "checkpoints").exists()  # no fake checkpoint
+    # The export is the settings; the eval app measures it like any other drafter directory.
+    r = run(
+        "eval",
+        f"drafter_dir={tmp_path}/run/drafter",
+        f"prompts={micro_world.prompts_file('heldout')}",
+        f"out_dir={tmp_path}/ev",
+        "eval.num_prompts=3",
+        "eval.max_new_tokens=16",
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["lossless"] is True

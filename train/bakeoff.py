@@ -25,14 +25,19 @@ OUT = "bakeoff"
 
 
 def contender_config(name: str, shared: DictConfig, run_dir: Path, serve) -> DictConfig:
-    """Recipe `name` composed as `python -m train recipe=name` with bakeoff.overrides (all, then its own) would be, with the bake-off's shared settings."""
+    """Recipe `name` composed as `python -m train recipe=name` with bakeoff.overrides (all, then its own)
+    would be, with the bake-off's shared settings."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
     from train.config import register_configs
 
     register_configs()
-    scope = nullcontext() if GlobalHydra.instance().is_initialized() else initialize_config_module(config_module="conf", version_base=None)
+    scope = (
+        nullcontext()
+        if GlobalHydra.instance().is_initialized()
+        else initialize_config_module(config_module="conf", version_base=None)
+    )
     with scope:
         extra = [*shared.bakeoff.overrides.get("all", []), *shared.bakeoff.overrides.get(name, [])]
         cfg = compose("config", overrides=[f"recipe={name}", *extra])
@@ -59,7 +64,12 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> di
         print(f"bake-off: {name}")
         results = run_pipeline(contender_config(name, dict_config, run_dir, serve))
         rows.append(contender_row(name, run_dir, results["train"], results["eval"]))
-    comparison = {"contenders": rows, "recommended": recommend(rows, cfg.bakeoff.speedup_tie), "served_check": serve is not None, "settings": OmegaConf.to_container(dict_config.eval, resolve=True)}
+    comparison = {
+        "contenders": rows,
+        "recommended": recommend(rows, cfg.bakeoff.speedup_tie),
+        "served_check": serve is not None,
+        "settings": OmegaConf.to_container(dict_config.eval, resolve=True),
+    }
     write_comparison(root / OUT, comparison)
     return comparison
 
@@ -91,8 +101,17 @@ def recommend(rows: list[dict], tie: float = 0.03) -> dict | None:
     fastest = max(r["speedup"] for r in eligible)
     tied = [r for r in eligible if r["speedup"] >= fastest * (1 - tie)]
     best = max(tied, key=lambda r: (r["tau"], r["speedup"]))
-    why = f"highest measured speed-up ({best['speedup']:.2f}×)" if len(tied) == 1 else f"speed-up {best['speedup']:.2f}×, within {tie:.0%} of the fastest ({fastest:.2f}×), and the highest τ ({best['tau']:.2f}) of the {len(tied)} that close"
-    return {"recipe": best["recipe"], "kind": best["kind"], "reason": why + " among lossless contenders" + (" whose served check agreed" if best["served_verdict"] else "")}
+    why = (
+        f"highest measured speed-up ({best['speedup']:.2f}×)"
+        if len(tied) == 1
+        else f"speed-up {best['speedup']:.2f}×, within {tie:.0%} of the fastest ({fastest:.2f}×), "
+        f"and the highest τ ({best['tau']:.2f}) of the {len(tied)} that close"
+    )
+    return {
+        "recipe": best["recipe"],
+        "kind": best["kind"],
+        "reason": why + " among lossless contenders" + (" whose served check agreed" if best["served_verdict"] else ""),
+    }
 
 
 def write_comparison(out: Path, comparison: dict) -> None:
@@ -106,22 +125,35 @@ def write_comparison(out: Path, comparison: dict) -> None:
 def render_markdown(comparison: dict) -> str:
     rows = comparison["contenders"]
     served = comparison["served_check"]
-    head = "| recipe | drafter | τ | α | speed-up | lossless | parameters | training |" + (" served τ | served check |" if served else "")
+    head = "| recipe | drafter | τ | α | speed-up | lossless | parameters | training |" + (
+        " served τ | served check |" if served else ""
+    )
     rule = "|---|---|---|---|---|---|---|---|" + ("---|---|" if served else "")
     lines = [
-        f"| {r['recipe']} | {r['kind']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['speedup']:.2f}× | {'yes' if r['lossless'] else 'NO'} | {r['parameters'] / 1e6:.2f} M | {r['train_seconds'] / 60:.1f} min |"
+        f"| {r['recipe']} | {r['kind']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['speedup']:.2f}× "
+        f"| {'yes' if r['lossless'] else 'NO'} | {r['parameters'] / 1e6:.2f} M | {r['train_seconds'] / 60:.1f} min |"
         + (f" {_num(r['served_tau'])} | {r['served_verdict'] or '—'} |" if served else "")
         for r in rows
     ]
     s = comparison["settings"]
     best = comparison["recommended"]
-    verdict = f"**Recommended: `{best['recipe']}` ({best['kind']})** — {best['reason']}." if best else "**No contender qualifies** (none is lossless with an agreeing served check)."
+    verdict = (
+        f"**Recommended: `{best['recipe']}` ({best['kind']})** — {best['reason']}."
+        if best
+        else "**No contender qualifies** (none is lossless with an agreeing served check)."
+    )
     return "\n".join(
         [
             "# Drafter bake-off",
             "",
-            f"Same target, same distilled data, same evaluation: {s['num_prompts']} prompts × {s['max_new_tokens']} tokens, γ = {s['num_speculative_tokens']}, temperature {s['temperature']}, tree {s['tree']}."
-            + (" Served τ: vLLM serving each export (1 + accepted drafts per step)." if served else " No served check (vLLM not installed)."),
+            f"Same target, same distilled data, same evaluation: {s['num_prompts']} prompts × "
+            f"{s['max_new_tokens']} tokens, γ = {s['num_speculative_tokens']}, temperature {s['temperature']}, "
+            f"tree {s['tree']}."
+            + (
+                " Served τ: vLLM serving each export (1 + accepted drafts per step)."
+                if served
+                else " No served check (vLLM not installed)."
+            ),
             "",
             head,
             rule,
@@ -140,7 +172,13 @@ def _num(x) -> str:
 
 
 def _plot(path: Path, rows: list[dict]) -> None:
-    panels = [("tau", "τ (tokens / target forward)", 1), ("alpha", "α (acceptance rate)", 1), ("speedup", "speed-up ×", 1), ("parameters", "parameters (M)", 1e-6), ("train_seconds", "training (min)", 1 / 60)]
+    panels = [
+        ("tau", "τ (tokens / target forward)", 1),
+        ("alpha", "α (acceptance rate)", 1),
+        ("speedup", "speed-up ×", 1),
+        ("parameters", "parameters (M)", 1e-6),
+        ("train_seconds", "training (min)", 1 / 60),
+    ]
     fig, axes = pyplot().subplots(1, len(panels), figsize=(3 * len(panels), 3))
     names = [r["recipe"] for r in rows]
     for ax, (key, label, scale) in zip(axes, panels):

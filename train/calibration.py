@@ -17,19 +17,33 @@ from train.objectives import medusa_positions
 
 
 @torch.no_grad()
-def calibrate_medusa(heads: MedusaHeads, target, holdout, tree_topk: int, tree_nodes: int, vocab_size: int, pad_token_id: int, batch_size: int, max_seq_len: int) -> dict:
+def calibrate_medusa(
+    heads: MedusaHeads,
+    target,
+    holdout,
+    *,
+    tree_topk: int,
+    tree_nodes: int,
+    vocab_size: int,
+    pad_token_id: int,
+    batch_size: int,
+    max_seq_len: int,
+) -> dict:
     """Set heads.tree / heads.calibration from `holdout` (rows with input_ids, loss_mask); return the calibration."""
     device = next(target.parameters()).device
     hits = torch.zeros(heads.num_heads, tree_topk)
     positions = torch.zeros(heads.num_heads)
     for start in range(0, len(holdout), batch_size):
         rows = holdout[start : start + batch_size]
-        batch = {k: v.to(device) for k, v in collate(rows["input_ids"], rows["loss_mask"], max_seq_len, pad_token_id).items()}
+        batch = {
+            k: v.to(device) for k, v in collate(rows["input_ids"], rows["loss_mask"], max_seq_len, pad_token_id).items()
+        }
         hidden, _ = final_hidden_states(target, batch["input_ids"], batch["attention_mask"])
         inputs, labels = medusa_positions(hidden, batch, heads.num_heads)
         for k, logits in enumerate(heads(inputs)):
             n = labels[k].numel()
-            hits[k] += rank_accuracy(logits[:, :vocab_size], labels[k], tree_topk).cpu() * n  # host sync: once per batch
+            # host sync: once per batch
+            hits[k] += rank_accuracy(logits[:, :vocab_size], labels[k], tree_topk).cpu() * n
             positions[k] += n
     accuracy = (hits / positions.clamp(min=1)[:, None]).tolist()
     tree = build_tree(accuracy, tree_nodes)

@@ -42,6 +42,10 @@ def load_latest(accelerator, root: Path, current: dict) -> int:
     saved = meta["config"]
     if saved != current:
         changed = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
-        warnings.warn(f"resuming from {latest} whose training config differs in {changed}; the run continues with the current config", stacklevel=2)
+        warnings.warn(
+            f"resuming from {latest} whose training config differs in {changed}; "
+            "the run continues with the current config",
+            stacklevel=2,
+        )
     accelerator.load_state(str(latest))
     return int(meta["step"])

@@ -12,9 +12,8 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING, OmegaConf
 
-from distill.config import DataConfig, TargetConfig
+from distill.config import NO_EFFECT, DataConfig, TargetConfig
 from eval.config import EvalConfig
-from heads.config import DraftLMConfig, EagleConfig, MedusaConfig
 
 STAGES = ("distill", "train", "eval", "publish")
 
@@ -33,11 +32,11 @@ class TrainerConfig:
     max_seq_len: int = 512  # longer samples are cut
     max_grad_norm: float = 1.0
     mixed_precision: str = "auto"  # auto (bf16 on a capable GPU, else no) | no | bf16 | fp16
-    save_every: int = 100  # checkpoint every N steps (and at the end)
-    keep_last: int = 2  # checkpoints kept on disk
-    resume: bool = True  # continue from the latest checkpoint of this run, if any
-    log_every: int = 10  # steps between tracker logs
-    log_with: List[str] = field(default_factory=list)  # accelerate trackers: tensorboard, wandb
+    save_every: int = field(default=100, metadata=NO_EFFECT)  # checkpoint every N steps (and at the end)
+    keep_last: int = field(default=2, metadata=NO_EFFECT)  # checkpoints kept on disk
+    resume: bool = field(default=True, metadata=NO_EFFECT)  # continue from the latest checkpoint of this run, if any
+    log_every: int = field(default=10, metadata=NO_EFFECT)  # steps between tracker logs
+    log_with: List[str] = field(default_factory=list, metadata=NO_EFFECT)  # accelerate trackers: tensorboard, wandb
     seed: int = 0
 
 
@@ -46,13 +45,16 @@ class PublishConfig:
     min_tau: float = 1.0  # the drafter must reach this τ in eval to be exported
     model_name: Optional[str] = None  # name in the model card; default: <recipe>-<kind>
     hub_dir: Optional[str] = None  # also add the drafter to this local registry (versioned; index.json + index.html)
-    repo_id: Optional[str] = None  # also upload to this Hugging Face repo (token: HF_TOKEN or `hf auth login`), one branch per run
+    repo_id: Optional[str] = (
+        None  # also upload to this Hugging Face repo (token: HF_TOKEN or `hf auth login`), one branch per run
+    )
     private: bool = True  # a repo created by the upload is private unless set false
 
 
 @dataclass
 class PlanConfig:
-    accelerate: str = "single"  # single | ddp | zero2 | zero3 | fsdp (conf/accelerate/<name>.yaml) | path to an accelerate config file
+    # single | ddp | zero2 | zero3 | fsdp (conf/accelerate/<name>.yaml) | path to an accelerate config file
+    accelerate: str = "single"
     num_processes: Optional[int] = None  # GPUs trained on; None = the accelerate config's num_processes
     gpu_memory_gb: float = 80.0  # per GPU (H100/A100 80 GB)
     gpu_tflops: float = 989.0  # dense bf16 peak per GPU (H100 SXM)
@@ -62,29 +64,37 @@ class PlanConfig:
 
 @dataclass
 class BakeoffConfig:
-    recipes: List[str] = field(default_factory=list)  # contenders (recipe names) trained and evaluated alike; empty = a normal run
+    recipes: List[str] = field(
+        default_factory=list
+    )  # contenders (recipe names) trained and evaluated alike; empty = a normal run
     serve: str = "auto"  # auto: served check of every contender where vLLM is installed | off
-    speedup_tie: float = 0.03  # speed-ups within this share of the fastest count as equal; then the higher τ is recommended
-    overrides: Dict[str, List[str]] = field(default_factory=dict)  # per contender recipe (key "all": every one), applied after its recipe, e.g. {all: ["trainer.max_steps=1000"]}
+    speedup_tie: float = (
+        0.03  # speed-ups within this share of the fastest count as equal; then the higher τ is recommended
+    )
+    overrides: Dict[str, List[str]] = field(
+        default_factory=dict
+    )  # per contender recipe (key "all": every one), applied after its recipe, e.g. {all: ["trainer.max_steps=1000"]}
 
 
 @dataclass
 class RunConfig:
     recipe_name: str = "toy"
-    stages: List[str] = field(default_factory=lambda: list(STAGES))
-    run_dir: Optional[str] = None  # None: runs/<recipe>/<timestamp>, or the latest matching run to resume
-    new_run: bool = False  # true: always start a fresh timestamped run directory
+    stages: List[str] = field(default_factory=lambda: list(STAGES), metadata=NO_EFFECT)  # which stages run, in order
+    # None: runs/<recipe>/<timestamp>, or the latest run with the same settings (resumed)
+    run_dir: Optional[str] = field(default=None, metadata=NO_EFFECT)
+    new_run: bool = field(default=False, metadata=NO_EFFECT)  # true: always start a fresh timestamped run directory
     eval_split: str = "heldout"  # toy world prompt split (or dataset split) used for eval
     eval_prompts: Optional[str] = None  # eval prompt source; None = data.prompts
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    dry_run: bool = False  # true: print the plan (memory per GPU, disk, tokens, steps, time) and stop; loads no weights
+    device: str = field(default="auto", metadata=NO_EFFECT)  # auto | cpu | cuda | cuda:N
+    # true: print the plan (memory per GPU, disk, tokens, steps, time) and stop; loads no weights
+    dry_run: bool = field(default=False, metadata=NO_EFFECT)
     target: TargetConfig = field(default_factory=TargetConfig)
     data: DataConfig = field(default_factory=DataConfig)
     drafter: Any = MISSING  # one of the drafter group's schemas (conf/drafter/)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     publish: PublishConfig = field(default_factory=PublishConfig)
-    plan: PlanConfig = field(default_factory=PlanConfig)  # hardware the dry-run plans for
+    plan: PlanConfig = field(default_factory=PlanConfig, metadata=NO_EFFECT)  # hardware the dry-run plans for
     bakeoff: BakeoffConfig = field(default_factory=BakeoffConfig)
 
 
@@ -92,11 +102,12 @@ def register_configs() -> None:
     """Register the schemas and the recipe group; called by the entry points, not on import."""
     from hydra.core.config_store import ConfigStore
 
+    from heads.families import FAMILIES
+
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
-    cs.store(group="drafter", name="draft_lm_schema", node=DraftLMConfig)
-    cs.store(group="drafter", name="medusa_schema", node=MedusaConfig)
-    cs.store(group="drafter", name="eagle_schema", node=EagleConfig)
+    for family in FAMILIES.values():  # conf/drafter/<kind>.yaml selects <kind>_schema
+        cs.store(group="drafter", name=f"{family.kind}_schema", node=family.schema)
     for entry in resources.files("recipes").iterdir():
         if entry.name.endswith(".yaml"):
             node = OmegaConf.create(entry.read_text())

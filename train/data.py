@@ -11,9 +11,22 @@ import torch
 
 
 class BatchOrder:
-    def __init__(self, dataset, batch_size: int, max_seq_len: int, pad_token_id: int, seed: int, rank: int = 0, world_size: int = 1):
+    def __init__(
+        self,
+        dataset,
+        batch_size: int,
+        max_seq_len: int,
+        pad_token_id: int,
+        *,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         if len(dataset) < batch_size:
-            raise ValueError(f"the dataset has {len(dataset)} samples, fewer than trainer.batch_size={batch_size}; lower it or distil more prompts")
+            raise ValueError(
+                f"the dataset has {len(dataset)} samples, fewer than trainer.batch_size={batch_size}; "
+                "lower it or distil more prompts"
+            )
         self.dataset, self.batch_size, self.max_seq_len = dataset, batch_size, max_seq_len
         self.pad, self.seed, self.rank, self.world_size = pad_token_id, seed, rank, world_size
         self.per_epoch = len(dataset) // batch_size  # incomplete last batch dropped
@@ -28,10 +41,14 @@ class BatchOrder:
         """Collated rows plus `rows`, their dataset indices (offline features are looked up by them)."""
         indices = self.indices(micro_step)
         rows = self.dataset[indices]
-        return collate(rows["input_ids"], rows["loss_mask"], self.max_seq_len, self.pad) | {"rows": torch.tensor(indices)}
+        return collate(rows["input_ids"], rows["loss_mask"], self.max_seq_len, self.pad) | {
+            "rows": torch.tensor(indices)
+        }
 
 
-def collate(input_ids: list[list[int]], loss_mask: list[list[int]], max_seq_len: int, pad_token_id: int) -> dict[str, torch.Tensor]:
+def collate(
+    input_ids: list[list[int]], loss_mask: list[list[int]], max_seq_len: int, pad_token_id: int
+) -> dict[str, torch.Tensor]:
     """Right-pad (and cut at max_seq_len) into input_ids, attention_mask, loss_mask: (B, T)."""
     width = min(max_seq_len, max(map(len, input_ids)))
     ids = torch.full((len(input_ids), width), pad_token_id, dtype=torch.long)

@@ -1,9 +1,9 @@
 """A local model hub: a registry folder of published drafters, versioned, with an index and a catalog.
 
 Layout (`--hub-dir PATH`):
-    PATH/index.json                          every published drafter: target, kind, τ, α, speed-up, served check, size, date
-    PATH/index.html                          a static catalog rendered from index.json, grouped by target
-    PATH/<target>/<model_name>/v<N>/         one immutable version per publish (the drafter directory)
+    PATH/index.json                   every published drafter: target, kind, τ, α, speed-up, served check, size, date
+    PATH/index.html                   a static catalog rendered from index.json, grouped by target
+    PATH/<target>/<model_name>/v<N>/  one immutable version per publish (the drafter directory)
 
 Each version is copied into a temporary sibling and renamed into place, and index.json/index.html
 are replaced atomically, so a crash leaves either the old registry or the new one.
@@ -42,9 +42,13 @@ def read_index(hub_dir: str | Path) -> list[dict]:
     return json.loads(path.read_text())["drafters"] if path.exists() else []
 
 
-def publish_local(drafter_dir: str | Path, hub_dir: str | Path, min_tau: Optional[float] = None) -> dict:
-    """Gate, then add `drafter_dir` to the registry as the next version of its model; return its index entry."""
-    prov = check_publishable(drafter_dir, min_tau)
+def publish_local(
+    drafter_dir: str | Path, hub_dir: str | Path, min_tau: Optional[float] = None, *, gated: Optional[dict] = None
+) -> dict:
+    """Gate, then add `drafter_dir` to the registry as the next version of its model; return its index entry.
+
+    `gated`: the provenance the caller has just passed through train.publish.gate (the publish stage)."""
+    prov = gated if gated is not None else check_publishable(drafter_dir, min_tau)
     hub = Path(hub_dir)
     hub.mkdir(parents=True, exist_ok=True)
     target = prov["target"]["name_or_path"]
@@ -68,7 +72,14 @@ def publish_local(drafter_dir: str | Path, hub_dir: str | Path, min_tau: Optiona
         "tau": ev["tau"],
         "alpha": ev.get("alpha"),
         "speedup": ev.get("speedup"),
-        "served": None if not served else {"engine": served["engine"], "version": served["vllm_version"], "tau": served["tau"], "verdict": served["verdict"]},
+        "served": None
+        if not served
+        else {
+            "engine": served["engine"],
+            "version": served["vllm_version"],
+            "tau": served["tau"],
+            "verdict": served["verdict"],
+        },
         "size_bytes": sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()),
         "path": dest.relative_to(hub).as_posix(),
         "export_sha256": prov.get("export_sha256"),
@@ -98,13 +109,32 @@ def render_catalog(drafters: list[dict]) -> str:
     sections = []
     for target in sorted({d["target"] for d in drafters}):
         rows = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
-                f"{d['model_name']} v{d['version']}", d["kind"], _fmt(d["tau"]), _fmt(d["alpha"]), _fmt(d["speedup"], ".2f") + "×",
-                "–" if not d["served"] else f"{d['served']['verdict']} (vLLM {d['served']['version']}, τ {d['served']['tau']:.3f})",
-                f"{d['size_bytes'] / 1e6:.1f} MB", d["published"][:10],
-            )) + f"<td><a href=\"{html.escape(d['path'])}/README.md\">card</a></td></tr>"
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(str(c))}</td>"
+                for c in (
+                    f"{d['model_name']} v{d['version']}",
+                    d["kind"],
+                    _fmt(d["tau"]),
+                    _fmt(d["alpha"]),
+                    _fmt(d["speedup"], ".2f") + "×",
+                    "–"
+                    if not d["served"]
+                    else f"{d['served']['verdict']} (vLLM {d['served']['version']}, τ {d['served']['tau']:.3f})",
+                    f"{d['size_bytes'] / 1e6:.1f} MB",
+                    d["published"][:10],
+                )
+            )
+            + f'<td><a href="{html.escape(d["path"])}/README.md">card</a></td></tr>'
             for d in sorted((d for d in drafters if d["target"] == target), key=lambda d: -d["tau"])
         )
-        sections.append(f"<h2>{html.escape(target)}</h2>\n<table><tr><th>drafter</th><th>kind</th><th>τ</th><th>α</th><th>speed-up</th><th>served check</th><th>size</th><th>published</th><th></th></tr>{rows}</table>")
+        sections.append(
+            f"<h2>{html.escape(target)}</h2>\n<table><tr><th>drafter</th><th>kind</th><th>τ</th><th>α</th>"
+            "<th>speed-up</th><th>served check</th><th>size</th><th>published</th><th></th></tr>"
+            f"{rows}</table>"
+        )
     body = "\n".join(sections) or "<p>No drafters published yet.</p>"
-    return f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>drafthub registry</title></head><body>\n<h1>drafthub registry</h1>\n{body}\n</body></html>\n"
+    return (
+        '<!doctype html>\n<html><head><meta charset="utf-8"><title>drafthub registry</title></head><body>\n'
+        f"<h1>drafthub registry</h1>\n{body}\n</body></html>\n"
+    )

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, DistributedType, GradientAccumulationPlugin, InitProcessGroupKwargs, set_seed
+from accelerate.utils import (
+    DataLoaderConfiguration,
+    DistributedType,
+    GradientAccumulationPlugin,
+    InitProcessGroupKwargs,
+    set_seed,
+)
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
@@ -42,7 +48,9 @@ def build_accelerator(cfg: TrainerConfig, project_dir: Path) -> Accelerator:
     would ask for a GPU backend. Under DeepSpeed the trainer's batch, accumulation and clipping
     settings are written into its config, so one recipe means the same run under every launcher.
     """
-    handlers = [InitProcessGroupKwargs(backend="gloo")] if launched_processes() > 1 and not torch.cuda.is_available() else []
+    handlers = (
+        [InitProcessGroupKwargs(backend="gloo")] if launched_processes() > 1 and not torch.cuda.is_available() else []
+    )
     plugin = _deepspeed_plugin_from_env()
     if plugin is not None:
         plugin.deepspeed_config["gradient_accumulation_steps"] = cfg.grad_accum
@@ -62,7 +70,9 @@ def build_accelerator(cfg: TrainerConfig, project_dir: Path) -> Accelerator:
     )
     if accelerator.distributed_type == DistributedType.DEEPSPEED:
         # we feed batches ourselves (no prepared DataLoader), so DeepSpeed is told the per-process size
-        accelerator.state.deepspeed_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = cfg.batch_size // accelerator.num_processes
+        accelerator.state.deepspeed_plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = (
+            cfg.batch_size // accelerator.num_processes
+        )
     return accelerator
 
 
@@ -89,7 +99,9 @@ def assign_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None
     (load_state_dict would refuse their shapes). Missing or extra names are an error."""
     own = dict(model.named_parameters(remove_duplicate=False)) | dict(model.named_buffers(remove_duplicate=False))
     if set(state) - set(own) or {k for k in model.state_dict()} - set(state):
-        raise ValueError(f"gathered weights do not match the drafter: {sorted(set(state) ^ set(model.state_dict()))[:5]}")
+        raise ValueError(
+            f"gathered weights do not match the drafter: {sorted(set(state) ^ set(model.state_dict()))[:5]}"
+        )
     for name, tensor in state.items():
         own[name].data = tensor.to(own[name].device)
 
@@ -105,7 +117,19 @@ def _global_weight(accelerator: Accelerator, positions: torch.Tensor) -> torch.T
     return local * accelerator.num_processes / total.clamp(min=1)
 
 
-def train_loop(accelerator: Accelerator, cfg: TrainerConfig, model: torch.nn.Module, objective, dataset, pad_token_id: int, ckpt_dir: Path, config_dict: dict, stop_after: int | None = None, select=None) -> dict:
+def train_loop(
+    accelerator: Accelerator,
+    cfg: TrainerConfig,
+    model: torch.nn.Module,
+    objective,
+    dataset,
+    *,
+    pad_token_id: int,
+    ckpt_dir: Path,
+    config_dict: dict,
+    stop_after: int | None = None,
+    select=None,
+) -> dict:
     """Train `model` with `objective` for cfg.max_steps optimizer steps; return final metrics.
 
     Resumes from the latest checkpoint in ckpt_dir when cfg.resume, replaying the same batches an
@@ -117,7 +141,15 @@ def train_loop(accelerator: Accelerator, cfg: TrainerConfig, model: torch.nn.Mod
             best-scoring weights are kept in ckpt_dir/best.safetensors (see best_weights).
     """
     set_seed(cfg.seed)
-    order = BatchOrder(dataset, cfg.batch_size, cfg.max_seq_len, pad_token_id, cfg.seed, accelerator.process_index, accelerator.num_processes)
+    order = BatchOrder(
+        dataset,
+        cfg.batch_size,
+        cfg.max_seq_len,
+        pad_token_id,
+        seed=cfg.seed,
+        rank=accelerator.process_index,
+        world_size=accelerator.num_processes,
+    )
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     scheduler = get_cosine_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.max_steps)
@@ -132,7 +164,13 @@ def train_loop(accelerator: Accelerator, cfg: TrainerConfig, model: torch.nn.Mod
 
     model.train()
     metrics: dict[str, float] = {}
-    bar = tqdm(range(start, cfg.max_steps), initial=start, total=cfg.max_steps, desc="train", disable=not accelerator.is_main_process)
+    bar = tqdm(
+        range(start, cfg.max_steps),
+        initial=start,
+        total=cfg.max_steps,
+        desc="train",
+        disable=not accelerator.is_main_process,
+    )
     for step in bar:
         for micro in range(cfg.grad_accum):
             batch = {k: v.to(accelerator.device) for k, v in order.batch(step * cfg.grad_accum + micro).items()}
@@ -153,9 +191,13 @@ def train_loop(accelerator: Accelerator, cfg: TrainerConfig, model: torch.nn.Mod
             # host sync (and one collective): only every log_every steps
             logged = {k: v for k, v in step_metrics.items() if k != "positions"}
             if accelerator.num_processes > 1:  # every process's figures count, not only the main one's
-                logged = accelerator.reduce({k: torch.as_tensor(v, device=accelerator.device).float() for k, v in logged.items()}, reduction="mean")
+                logged = accelerator.reduce(
+                    {k: torch.as_tensor(v, device=accelerator.device).float() for k, v in logged.items()},
+                    reduction="mean",
+                )
             metrics = {k: float(v) for k, v in logged.items()} | {"lr": scheduler.get_last_lr()[0]}
-            shown = getattr(objective, "progress_keys", None) or list(metrics)  # the objective may pick a few for the bar
+            # the objective may pick a few for the bar
+            shown = getattr(objective, "progress_keys", None) or list(metrics)
             bar.set_postfix({k: f"{metrics[k]:.4g}" for k in shown if k in metrics})
             accelerator.log(metrics, step=done)
             if accelerator.is_main_process:
@@ -188,11 +230,6 @@ def truncate_log(ckpt_dir: Path, start: int) -> None:
     if path.exists():
         kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= start]
         atomic_write_text(path, "".join(line + "\n" for line in kept))
-
-
-def read_log(ckpt_dir: Path) -> list[dict]:
-    path = Path(ckpt_dir) / TRAIN_LOG
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def keep_best(accelerator: Accelerator, model: torch.nn.Module, select, ckpt_dir: Path, step: int) -> None:

@@ -27,7 +27,9 @@ def reverse_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> to
 def jensen_shannon(student_logits: torch.Tensor, teacher_logits: torch.Tensor, beta: float = 0.5) -> torch.Tensor:
     """Generalised JSD: β KL(p ‖ m) + (1 − β) KL(q ‖ m) with m = β p + (1 − β) q (β = 0.5: JSD)."""
     log_p, log_q = teacher_logits.float().log_softmax(-1), student_logits.float().log_softmax(-1)
-    log_m = torch.logsumexp(torch.stack([log_p + torch.log(torch.tensor(beta)), log_q + torch.log(torch.tensor(1 - beta))]), dim=0)
+    log_m = torch.logsumexp(
+        torch.stack([log_p + torch.log(torch.tensor(beta)), log_q + torch.log(torch.tensor(1 - beta))]), dim=0
+    )
     kl_pm = (log_p.exp() * (log_p - log_m)).sum(-1)
     kl_qm = (log_q.exp() * (log_q - log_m)).sum(-1)
     return beta * kl_pm + (1 - beta) * kl_qm

@@ -17,7 +17,9 @@ class Objective(Protocol):
     (the first term's, for a sum of terms): the loop weights each process's loss by it, so N
     processes average over the global batch's positions as one process would."""
 
-    def __call__(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
+    def __call__(
+        self, model: torch.nn.Module, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
 
 
 class DraftLMDistillation:
@@ -28,18 +30,22 @@ class DraftLMDistillation:
     draft and a target with differently padded embedding tables still line up.
     """
 
-    def __init__(self, target: torch.nn.Module, loss: str, vocab_size: int, jsd_beta: float = 0.5, temperature: float = 1.0):
+    def __init__(
+        self, target: torch.nn.Module, loss: str, vocab_size: int, jsd_beta: float = 0.5, temperature: float = 1.0
+    ):
         self.target, self.loss, self.vocab_size = target, loss, vocab_size
         self.jsd_beta, self.temperature = jsd_beta, temperature
 
     def __call__(self, model, batch):
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
         mask = (batch["loss_mask"][:, 1:] * attention_mask[:, 1:]).bool()  # (B, T-1)
-        student = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1, : self.vocab_size][mask]  # (N, V)
+        student = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        student = student[:, :-1, : self.vocab_size][mask]  # (N, V)
         teacher = None
         if self.loss != "ce":
             with torch.no_grad():
-                teacher = self.target(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1, : self.vocab_size][mask]
+                teacher = self.target(input_ids=input_ids, attention_mask=attention_mask).logits
+                teacher = teacher[:, :-1, : self.vocab_size][mask]
         labels = input_ids[:, 1:][mask]  # (N,)
         t = self.temperature
         per_token = kd_loss(self.loss, student / t, None if teacher is None else teacher / t, labels, self.jsd_beta)
@@ -47,7 +53,11 @@ class DraftLMDistillation:
         with torch.no_grad():
             reference = labels if teacher is None else teacher.argmax(-1)
             agree = (student.argmax(-1) == reference).float()
-            metrics = {"loss": loss.detach(), "top1_agreement": agree.sum() / max(agree.numel(), 1), "positions": mask.sum()}
+            metrics = {
+                "loss": loss.detach(),
+                "top1_agreement": agree.sum() / max(agree.numel(), 1),
+                "positions": mask.sum(),
+            }
         return loss, metrics
 
 
@@ -61,18 +71,30 @@ class MedusaDistillation:
     Each head sees only its valid positions, so no (K, B, T, V) tensor is materialised.
     """
 
-    def __init__(self, target: torch.nn.Module, num_heads: int, loss: str, vocab_size: int, decay: float = 0.8, jsd_beta: float = 0.5, temperature: float = 1.0):
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        num_heads: int,
+        loss: str,
+        vocab_size: int,
+        *,
+        decay: float = 0.8,
+        jsd_beta: float = 0.5,
+        temperature: float = 1.0,
+    ):
         self.target, self.num_heads, self.loss, self.vocab_size = target, num_heads, loss, vocab_size
         self.decay, self.jsd_beta, self.temperature = decay, jsd_beta, temperature
         self.progress_keys = ["loss", *(f"head{k}_top1" for k in range(num_heads))]  # the rest goes to the trackers
 
     def __call__(self, model, batch):
-        hidden, target_logits = final_hidden_states(self.target, batch["input_ids"], batch["attention_mask"])  # (B, T, H), (B, T, V)
+        # (B, T, H), (B, T, V)
+        hidden, target_logits = final_hidden_states(self.target, batch["input_ids"], batch["attention_mask"])
         inputs, all_labels, masks = medusa_positions(hidden, batch, self.num_heads, with_masks=True)
         total, metrics, t = 0.0, {}, self.temperature
         for k, (logits, labels, m) in enumerate(zip(model(inputs), all_labels, masks)):
             logits = logits[:, : self.vocab_size]  # (N_k, V)
-            teacher = None if self.loss == "ce" else target_logits[:, k + 1 : -1][m][:, : self.vocab_size] / t  # logits at t+k+1 predict t+k+2
+            # logits at t+k+1 predict t+k+2
+            teacher = None if self.loss == "ce" else target_logits[:, k + 1 : -1][m][:, : self.vocab_size] / t
             per_token = kd_loss(self.loss, logits / t, teacher, labels, self.jsd_beta)
             loss_k = per_token.sum() / max(per_token.numel(), 1)  # an empty head still joins the graph
             total = total + self.decay**k * loss_k
@@ -108,7 +130,15 @@ class Eagle3TrainingTimeTest:
     steps erred independently — a cheap stand-in for decoding, used to pick the best checkpoint.
     """
 
-    def __init__(self, target: torch.nn.Module, layer_ids: list[int], draft_ids: torch.Tensor, steps: int = 7, decay: float = 0.8, store=None):
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        layer_ids: list[int],
+        draft_ids: torch.Tensor,
+        steps: int = 7,
+        decay: float = 0.8,
+        store=None,
+    ):
         """store: a distill.feature_store.FeatureStore for offline features (then only the target's lm_head runs)."""
         self.target, self.layer_ids, self.steps, self.decay, self.store = target, list(layer_ids), steps, decay, store
         self.draft_ids = draft_ids  # (D,) target id of each draft id
@@ -119,7 +149,8 @@ class Eagle3TrainingTimeTest:
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
         if self.store is None:
             return layer_features(self.target, input_ids, attention_mask, self.layer_ids)
-        features, last_hidden = self.store.batch(batch["rows"].tolist(), input_ids.shape[1])  # host sync: disk lookup by row
+        # host sync: disk lookup by row
+        features, last_hidden = self.store.batch(batch["rows"].tolist(), input_ids.shape[1])
         lm_head = self.target.get_output_embeddings()
         with torch.no_grad():
             logits = lm_head(last_hidden.to(input_ids.device, lm_head.weight.dtype))
@@ -163,9 +194,12 @@ class Eagle1Distillation:
     counts when token t+2 is assistant-written.
     """
 
-    def __init__(self, target: torch.nn.Module, vocab_size: int, noise: float = 0.1, cls_weight: float = 0.1, store=None):
+    def __init__(
+        self, target: torch.nn.Module, vocab_size: int, noise: float = 0.1, cls_weight: float = 0.1, store=None
+    ):
         """store: a FeatureStore of offline lm_head inputs (then only the target's lm_head runs)."""
-        self.target, self.vocab_size, self.noise, self.cls_weight, self.store = target, vocab_size, noise, cls_weight, store
+        self.target, self.vocab_size, self.store = target, vocab_size, store
+        self.noise, self.cls_weight = noise, cls_weight
         self.progress_keys = ["loss", "regression", "top1_agreement"]
 
     def _target_signals(self, batch):
@@ -185,7 +219,8 @@ class Eagle1Distillation:
         predicted = model(noisy, input_ids, attention_mask)  # (B, T, H): entry t estimates f_{t+1}
         m = (batch["loss_mask"] * attention_mask).bool()[:, 2:]  # (B, T−2)
         guess, truth = predicted[:, :-2][m], features[:, 1:-1][m].to(predicted.dtype)  # (N, H)
-        regression = F.smooth_l1_loss(guess, truth, reduction="sum") / max(guess.numel(), 1)  # mean; 0 (not NaN) when empty
+        # mean; 0 (not NaN) when empty
+        regression = F.smooth_l1_loss(guess, truth, reduction="sum") / max(guess.numel(), 1)
         unwrapped = getattr(model, "module", model)
         q = unwrapped.logits(guess)[:, : self.vocab_size].float().log_softmax(-1)
         p = target_logits[:, 1:-1][m][:, : self.vocab_size].float().softmax(-1)
@@ -193,4 +228,10 @@ class Eagle1Distillation:
         loss = regression + self.cls_weight * classification
         with torch.no_grad():
             agree = (q.argmax(-1) == p.argmax(-1)).float().mean() if q.shape[0] else q.new_zeros(())
-        return loss, {"loss": loss.detach(), "regression": regression.detach(), "classification": classification.detach(), "top1_agreement": agree, "positions": m.sum()}
+        return loss, {
+            "loss": loss.detach(),
+            "regression": regression.detach(),
+            "classification": classification.detach(),
+            "top1_agreement": agree,
+            "positions": m.sum(),
+        }

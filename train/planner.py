@@ -9,11 +9,9 @@ roofline estimate (training: FLOPs at plan.mfu; distillation: weight reads at pl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Optional
 
 import torch
 import yaml
@@ -21,13 +19,9 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 
 from distill.feature_store import bytes_needed
 from distill.target import TOYWORLD_PREFIX
-from heads.draft_lm import DraftLM
-from heads.eagle import Eagle3Drafter
-from heads.eagle1 import Eagle1Drafter
-from heads.medusa import MedusaHeads
-from heads.vocab import build_draft_vocab
 from train.config import PlanConfig
 from train.known_targets import KNOWN_TARGETS
+from train.setups import training_setup
 
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -53,7 +47,9 @@ def read_launch(plan: PlanConfig) -> Launch:
     if not path.suffix:
         path = Path(str(resources.files("conf") / "accelerate" / f"{plan.accelerate}.yaml"))
     if not path.is_file():
-        raise PlanError(f"plan.accelerate={plan.accelerate!r} is neither one of {list(STRATEGIES)} nor an accelerate config file")
+        raise PlanError(
+            f"plan.accelerate={plan.accelerate!r} is neither one of {list(STRATEGIES)} nor an accelerate config file"
+        )
     raw = yaml.safe_load(path.read_text())
     kind = raw.get("distributed_type", "NO")
     if kind == "DEEPSPEED":
@@ -87,34 +83,18 @@ def target_config(name_or_path: str, trust_remote_code: bool = False) -> Pretrai
         return AutoConfig.from_pretrained(name_or_path, local_files_only=True, trust_remote_code=trust_remote_code)
     except (OSError, ValueError):
         raise PlanError(
-            f"no config.json for {name_or_path!r}: not a local directory, not in the HF cache, not among the known targets "
-            f"{sorted(KNOWN_TARGETS)}; download it (`hf download {name_or_path} config.json --local-dir DIR`) and set target.name_or_path=DIR"
+            f"no config.json for {name_or_path!r}: not a local directory, not in the HF cache, "
+            f"not among the known targets {sorted(KNOWN_TARGETS)}; "
+            f"download it (`hf download {name_or_path} config.json --local-dir DIR`) and set target.name_or_path=DIR"
         ) from None
 
 
 def _meta_models(cfg, config: PretrainedConfig):
     """(target, drafter) with exact shapes on the meta device: no memory, no weights."""
+    setup = training_setup(cfg.drafter.kind)
     with torch.device("meta"):
         target = AutoModelForCausalLM.from_config(config, trust_remote_code=cfg.target.trust_remote_code)
-        kind = cfg.drafter.kind
-        if kind == "draft_lm":
-            if cfg.drafter.init:  # a pretrained draft LM: plan from its config.json likewise
-                drafter = AutoModelForCausalLM.from_config(target_config(cfg.drafter.init, cfg.target.trust_remote_code))
-            else:
-                drafter = DraftLM.from_config(cfg.drafter, config, SimpleNamespace(pad_token_id=config.pad_token_id)).model
-            if cfg.drafter.lora.enabled:
-                from peft import LoraConfig, get_peft_model
-
-                drafter = get_peft_model(drafter, LoraConfig(r=cfg.drafter.lora.r, lora_alpha=cfg.drafter.lora.alpha, target_modules=list(cfg.drafter.lora.target_modules), task_type="CAUSAL_LM"))
-        elif kind == "medusa":
-            drafter = MedusaHeads.from_target(cfg.drafter, target)
-        elif kind == "eagle3":
-            vocab, _ = build_draft_vocab(torch.zeros(config.vocab_size, device="cpu"), cfg.drafter.draft_vocab_size)
-            drafter = Eagle3Drafter.from_target(cfg.drafter, target, vocab)
-        elif kind == "eagle1":
-            drafter = Eagle1Drafter.from_target(cfg.drafter, target)
-        else:
-            raise PlanError(f"drafter.kind={kind!r} cannot be planned; use draft_lm, medusa, eagle3 or eagle1")
+        drafter = setup.meta_drafter(cfg, target, config)
     return target, drafter
 
 
@@ -142,25 +122,19 @@ def _state_bytes(strategy: str, n: int, bf16: bool, all_params: int, trainable: 
     return {"drafter_weights": weights, "gradients": grads, "optimizer": optim}
 
 
-def _activation_bytes(cfg, config: PretrainedConfig, drafter_hidden: int, per_gpu_batch: int, target_bytes_per_value: int, act_bytes: int) -> dict[str, float]:
+def _activation_bytes(
+    cfg, config: PretrainedConfig, drafter_hidden: int, per_gpu_batch: int, target_bytes_per_value: int, act_bytes: int
+) -> dict[str, float]:
     """Estimated peak activations (±2×): the target's no-grad forward, the drafter's saved tensors."""
     tokens = per_gpu_batch * cfg.trainer.max_seq_len
-    H, I, V = config.hidden_size, config.intermediate_size, config.vocab_size
-    d = cfg.drafter
+    H, F, V = config.hidden_size, config.intermediate_size, config.vocab_size
     # target: one layer's transient tensors + its logits (and their float copy for the loss)
-    target = tokens * ((4 * H + 3 * I) * target_bytes_per_value + V * (target_bytes_per_value + 4))
+    target = tokens * ((4 * H + 3 * F) * target_bytes_per_value + V * (target_bytes_per_value + 4))
     layer = 34 * tokens * drafter_hidden * act_bytes // 2  # saved tensors of one decoder layer (flash/SDPA attention)
-    logits = lambda vocab: 3 * tokens * vocab * 4  # fp32 logits, log-softmax and its gradient
-    if d.kind == "draft_lm":
-        drafter = d.num_hidden_layers * layer + logits(V)
-    elif d.kind == "medusa":
-        drafter = d.num_heads * (2 * d.num_layers * tokens * H * act_bytes + logits(V))
-    elif d.kind == "eagle3":
-        target += tokens * 3 * H * target_bytes_per_value  # the three captured layers
-        drafter = d.ttt_steps * (2 * layer + logits(min(d.draft_vocab_size, V)))  # attention reads 2H per step
-    else:
-        drafter = 2 * layer + logits(V)
-    return {"target_activations": target, "drafter_activations": drafter}
+    extra, drafter = training_setup(cfg.drafter.kind).activations(
+        cfg, tokens=tokens, hidden=H, layer=layer, vocab=V, act_bytes=act_bytes, target_bytes=target_bytes_per_value
+    )
+    return {"target_activations": target + extra, "drafter_activations": drafter}
 
 
 def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
@@ -171,8 +145,15 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
     target, drafter = _meta_models(cfg, config)
     n = launch.processes
     if cfg.trainer.batch_size % n:
-        raise PlanError(f"trainer.batch_size={cfg.trainer.batch_size} (global) does not split over {n} processes; make it a multiple of {n}")
-    dtype = cfg.target.dtype if cfg.target.dtype != "auto" else str(getattr(config, "torch_dtype", None) or "float32").replace("torch.", "")
+        raise PlanError(
+            f"trainer.batch_size={cfg.trainer.batch_size} (global) does not split over {n} processes; "
+            f"make it a multiple of {n}"
+        )
+    dtype = (
+        cfg.target.dtype
+        if cfg.target.dtype != "auto"
+        else str(getattr(config, "torch_dtype", None) or "float32").replace("torch.", "")
+    )
     t_bytes = DTYPE_BYTES.get(dtype, 4)
     bf16 = launch.mixed_precision == "bf16"
     target_bytes = param_bytes(target, t_bytes)
@@ -190,7 +171,8 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
     train_tokens = cfg.trainer.max_steps * cfg.trainer.batch_size * cfg.trainer.grad_accum * sample_tokens
     embed = config.vocab_size * config.hidden_size
     target_params = sum(p.numel() for p in target.parameters())
-    unroll = cfg.drafter.ttt_steps if cfg.drafter.kind == "eagle3" else 1
+    setup = training_setup(cfg.drafter.kind)
+    unroll = setup.unroll(cfg.drafter)
     # target forward (its input embedding is a lookup, not FLOPs) + drafter forward/backward per unrolled step
     flops_per_token = 2 * (target_params - embed) + 6 * unroll * trainable
     train_seconds = train_tokens * flops_per_token / (n * plan.gpu_tflops * 1e12 * plan.mfu)
@@ -198,8 +180,7 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
     replicas = max(n // tp, 1) if d.backend == "vllm" else 1
     decode_step = target_bytes / tp / (plan.gpu_bandwidth_tbps * 1e12)  # each step reads the weights once
     distill_seconds = generated / (d.batch_size * replicas) * decode_step if d.regenerate else 0.0
-    features = cfg.drafter.kind in ("eagle3", "eagle1")
-    layers = 3 if cfg.drafter.kind == "eagle3" else 0
+    layers = setup.feature_layers(cfg.drafter) if setup.feature_layers else None  # None: the family reads no features
     return {
         "recipe": cfg.recipe_name,
         "target": cfg.target.name_or_path,
@@ -214,7 +195,7 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
         "mixed_precision": launch.mixed_precision,
         "memory_per_gpu": {k: int(v) for k, v in memory.items()},
         "memory_per_gpu_total": int(total),
-        "gpu_memory": int(plan.gpu_memory_gb * 1e9),  # GB as GPU vendors count  # GB as GPU vendors count
+        "gpu_memory": int(plan.gpu_memory_gb * 1e9),  # GB as GPU vendors count
         "fits": total <= plan.gpu_memory_gb * 1e9,
         "samples": samples,
         "tokens_per_sample_max": sample_tokens,
@@ -222,8 +203,10 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
         "train_tokens_max": train_tokens,
         "steps": cfg.trainer.max_steps,
         "epochs": cfg.trainer.max_steps * cfg.trainer.batch_size * cfg.trainer.grad_accum / max(samples, 1),
-        "offline_feature_bytes": bytes_needed(samples * sample_tokens, layers, config.hidden_size) if features else 0,
-        "features": getattr(cfg.drafter, "features", None),
+        "offline_feature_bytes": bytes_needed(samples * sample_tokens, layers, config.hidden_size)
+        if layers is not None
+        else 0,
+        "features": cfg.drafter.features if layers is not None else None,
         "distill_hours": distill_seconds / 3600,
         "train_hours": train_seconds / 3600,
     }
@@ -231,25 +214,45 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
 
 def render_plan(p: dict) -> str:
     """The plan as the lines `dry_run=true` prints."""
+
     def gib(b: float) -> str:
         return f"{b / GIB:8.1f} GiB" if b >= GIB / 10 else f"{b / 2**20:8.1f} MiB"
 
     lines = [
-        f"plan for recipe {p['recipe']}: {p['drafter_kind']} drafter ({p['drafter_params'] / 1e6:.1f} M params, {p['drafter_trainable_params'] / 1e6:.1f} M trained) "
+        f"plan for recipe {p['recipe']}: {p['drafter_kind']} drafter ({p['drafter_params'] / 1e6:.1f} M params, "
+        f"{p['drafter_trainable_params'] / 1e6:.1f} M trained) "
         f"on {p['target']} ({p['target_params'] / 1e9:.2f} B params, {p['target_dtype']})",
-        f"launch: {p['strategy']}" + (f" ({p['accelerate']})" if p["accelerate"] != p["strategy"] else "") + f", {p['processes']} process(es), mixed precision {p['mixed_precision']}",
+        f"launch: {p['strategy']}"
+        + (f" ({p['accelerate']})" if p["accelerate"] != p["strategy"] else "")
+        + f", {p['processes']} process(es), mixed precision {p['mixed_precision']}",
         "memory per GPU:",
         *(f"  {k:<20}{gib(v)}" for k, v in p["memory_per_gpu"].items()),
-        f"  {'total':<20}{gib(p['memory_per_gpu_total'])}  of {p['gpu_memory'] / GIB:.1f} GiB: " + ("fits" if p["fits"] else "DOES NOT FIT"),
-        f"data: {p['samples']} samples, ≤ {p['tokens_per_sample_max']} tokens each; distillation generates ≤ {p['distill_generated_tokens_max'] / 1e6:.1f} M tokens",
+        f"  {'total':<20}{gib(p['memory_per_gpu_total'])}  of {p['gpu_memory'] / GIB:.1f} GiB: "
+        + ("fits" if p["fits"] else "DOES NOT FIT"),
+        f"data: {p['samples']} samples, ≤ {p['tokens_per_sample_max']} tokens each; "
+        f"distillation generates ≤ {p['distill_generated_tokens_max'] / 1e6:.1f} M tokens",
         f"training: {p['steps']} steps, ≤ {p['train_tokens_max'] / 1e9:.2f} B tokens, {p['epochs']:.2f} epochs",
     ]
-    if p["drafter_kind"] in ("eagle3", "eagle1"):
-        where = "written once (drafter.features=offline)" if p["features"] == "offline" else "not written (drafter.features=online; offline would need this much disk)"
+    if p["features"] is not None:
+        where = (
+            "written once (drafter.features=offline)"
+            if p["features"] == "offline"
+            else "not written (drafter.features=online; offline would need this much disk)"
+        )
         lines.append(f"offline features: ≤ {p['offline_feature_bytes'] / 1e12:.2f} TB, {where}")
-    lines.append(f"time (roofline estimate): distillation {p['distill_hours']:.1f} h, training {p['train_hours']:.1f} h")
+    lines.append(
+        f"time (roofline estimate): distillation {p['distill_hours']:.1f} h, training {p['train_hours']:.1f} h"
+    )
     if not p["fits"] and p["memory_per_gpu"]["target_weights"] >= p["gpu_memory"]:
-        lines.append("does not fit: the frozen target alone exceeds one GPU, and every process holds a replica (drafthub does not shard a frozen target); use GPUs with more memory (plan.gpu_memory_gb) or a smaller target dtype")
+        lines.append(
+            "does not fit: the frozen target alone exceeds one GPU, and every process holds a replica "
+            "(drafthub does not shard a frozen target); use GPUs with more memory (plan.gpu_memory_gb) "
+            "or a smaller target dtype"
+        )
     elif not p["fits"]:
-        lines.append("does not fit: raise plan.num_processes under zero3/fsdp (drafter states shard; the frozen target is replicated), lower trainer.batch_size or trainer.max_seq_len, or use GPUs with more memory (plan.gpu_memory_gb)")
+        lines.append(
+            "does not fit: raise plan.num_processes under zero3/fsdp (drafter states shard; "
+            "the frozen target is replicated), lower trainer.batch_size or trainer.max_seq_len, "
+            "or use GPUs with more memory (plan.gpu_memory_gb)"
+        )
     return "\n".join(lines)

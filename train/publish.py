@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from heads.errors import HeadsError
+from heads.families import get_family
 from heads.formats.fingerprint import served_files_hash
 
 
@@ -26,33 +26,21 @@ class PublishError(ValueError):
 def read_provenance(drafter_dir: str | Path) -> dict:
     path = Path(drafter_dir) / "drafthub.json"
     if not path.exists():
-        raise PublishError(f"{drafter_dir} has no drafthub.json; publish drafters exported by `python -m train` (its publish stage)")
+        raise PublishError(
+            f"{drafter_dir} has no drafthub.json; publish drafters exported by `python -m train` (its publish stage)"
+        )
     return json.loads(path.read_text())
 
 
 def _check_format(drafter_dir: Path, kind: str) -> None:
-    """The exporters' own loaders, which lint what they read (EAGLE-3: heads/lint.py)."""
-    from heads.draft_lm import DraftLM
-    from heads.eagle import Eagle3Drafter
-    from heads.medusa import MedusaHeads
-
+    """The family's own format checks (heads.families: lint), e.g. EAGLE-3's heads/lint.py."""
     try:
-        if kind == "eagle3":
-            Eagle3Drafter.from_pretrained(drafter_dir)
-        elif kind == "medusa":
-            MedusaHeads.from_pretrained(drafter_dir)
-        elif kind == "eagle1":
-            from safetensors import safe_open
-
-            config = json.loads((drafter_dir / "config.json").read_text())
-            with safe_open(str(drafter_dir / "model.safetensors"), "pt") as f:
-                shape = tuple(f.get_slice("fc.weight").get_shape())
-            if shape != (config["hidden_size"], 2 * config["hidden_size"]):
-                raise HeadsError(f"fc.weight has shape {shape}, expected {(config['hidden_size'], 2 * config['hidden_size'])}")
-        else:
-            DraftLM.from_pretrained(drafter_dir)
-    except Exception as e:  # noqa: BLE001 — any loader failure (safetensors, transformers, ours) is a refusal, said in one line
-        raise PublishError(f"refusing to publish {drafter_dir}: the {kind} checkpoint does not pass its format checks ({str(e).splitlines()[0]})") from None
+        get_family(kind).lint(drafter_dir)
+    except Exception as e:  # noqa: BLE001 — any loader failure (safetensors, transformers, ours) is a refusal, in one line
+        raise PublishError(
+            f"refusing to publish {drafter_dir}: the {kind} checkpoint does not pass its format checks "
+            f"({str(e).splitlines()[0]})"
+        ) from None
 
 
 def check_report(report: Optional[dict], min_tau: float, name: str) -> None:
@@ -60,28 +48,49 @@ def check_report(report: Optional[dict], min_tau: float, name: str) -> None:
     if not report or "tau" not in report:
         raise PublishError(f"refusing to publish {name}: no eval report; run the eval stage, then publish")
     if report.get("lossless") is False:
-        raise PublishError(f"refusing to publish {name}: speculative output differed from the target's on {report['settings']['num_prompts'] - report['lossless_prompts']} of {report['settings']['num_prompts']} prompts (not lossless); see eval_samples.jsonl")
+        raise PublishError(
+            f"refusing to publish {name}: speculative output differed from the target's on "
+            f"{report['settings']['num_prompts'] - report['lossless_prompts']} of {report['settings']['num_prompts']} "
+            "prompts (not lossless); see eval_samples.jsonl"
+        )
     if report["tau"] < min_tau:
-        raise PublishError(f"refusing to publish {name}: τ={report['tau']:.3f} is below min_tau={min_tau}; train longer or lower the bar")
+        raise PublishError(
+            f"refusing to publish {name}: τ={report['tau']:.3f} is below min_tau={min_tau}; "
+            "train longer or lower the bar"
+        )
     served = report.get("served")
     if served and served.get("verdict") != "ok":
-        raise PublishError(f"refusing to publish {name}: the served check failed ({served.get('reason')}); fix the export and re-run eval with eval.serve=vllm")
+        raise PublishError(
+            f"refusing to publish {name}: the served check failed ({served.get('reason')}); "
+            "fix the export and re-run eval with eval.serve=vllm"
+        )
+
+
+def gate(provenance: dict, drafter_dir: str | Path, min_tau: Optional[float] = None) -> dict:
+    """Raise PublishError unless `drafter_dir`, described by `provenance`, may be published; return provenance.
+
+    Args:
+        min_tau: the bar; None = the recipe's publish.min_tau recorded in the provenance.
+    """
+    d = Path(drafter_dir)
+    if provenance.get("export_sha256") != served_files_hash(d):
+        raise PublishError(
+            f"refusing to publish {d}: its files are not the ones evaluated (stale eval report: the export hash in "
+            "drafthub.json does not match); re-run eval and publish on this checkpoint"
+        )
+    bar = (
+        min_tau if min_tau is not None else ((provenance.get("recipe") or {}).get("publish") or {}).get("min_tau", 1.0)
+    )
+    check_report(provenance.get("eval"), bar, str(d))
+    if "kind" not in provenance:
+        raise PublishError(f"refusing to publish {d}: drafthub.json names no drafter kind; re-run the publish stage")
+    _check_format(d, provenance["kind"])
+    return provenance
 
 
 def check_publishable(drafter_dir: str | Path, min_tau: Optional[float] = None) -> dict:
-    """Raise PublishError unless `drafter_dir` may be published; return its provenance.
-
-    Args:
-        min_tau: the bar; None = the recipe's publish.min_tau recorded in drafthub.json.
-    """
-    d = Path(drafter_dir)
-    prov = read_provenance(d)
-    if prov.get("export_sha256") != served_files_hash(d):
-        raise PublishError(f"refusing to publish {d}: its files are not the ones evaluated (stale eval report: the export hash in drafthub.json does not match); re-run eval and publish on this checkpoint")
-    bar = min_tau if min_tau is not None else ((prov.get("recipe") or {}).get("publish") or {}).get("min_tau", 1.0)
-    check_report(prov.get("eval"), bar, str(d))
-    _check_format(d, prov.get("kind", "draft_lm"))
-    return prov
+    """The gate for a directory on disk (its own drafthub.json); returns that provenance."""
+    return gate(read_provenance(drafter_dir), drafter_dir, min_tau)
 
 
 def upload_files(drafter_dir: str | Path) -> list[tuple[str, int]]:
@@ -96,13 +105,23 @@ def run_revision(prov: dict) -> str:
     return f"run-{created}-{str(prov.get('stage_hash', ''))[:8]}"
 
 
-def push_to_hub(drafter_dir: str | Path, repo_id: str, private: bool = True, force: bool = False, revision: Optional[str] = None, api=None) -> str:
+def push_to_hub(
+    drafter_dir: str | Path,
+    repo_id: str,
+    *,
+    private: bool = True,
+    force: bool = False,
+    revision: Optional[str] = None,
+    api=None,
+    gated: Optional[dict] = None,
+) -> str:
     """Upload a gated drafter to `repo_id` on its own branch; return the revision.
 
     The repository is created private unless asked otherwise; an existing branch of the same
-    name (the same run pushed twice) is only overwritten with force=True.
+    name (the same run pushed twice) is only overwritten with force=True. `gated`: the provenance
+    the caller has just passed through `gate` (the publish stage), so the gate runs once.
     """
-    prov = check_publishable(drafter_dir)
+    prov = gated if gated is not None else check_publishable(drafter_dir)
     if api is None:
         from huggingface_hub import HfApi
 
@@ -111,8 +130,14 @@ def push_to_hub(drafter_dir: str | Path, repo_id: str, private: bool = True, for
     api.create_repo(repo_id, private=private, exist_ok=True)
     branches = {b.name for b in api.list_repo_refs(repo_id).branches}
     if revision in branches and not force:
-        raise PublishError(f"{repo_id}@{revision} already exists; pass --force to overwrite it or --revision NAME for a new branch")
+        raise PublishError(
+            f"{repo_id}@{revision} already exists; pass --force to overwrite it or --revision NAME for a new branch"
+        )
     api.create_branch(repo_id, branch=revision, exist_ok=True)
-    api.upload_folder(folder_path=str(drafter_dir), repo_id=repo_id, revision=revision, commit_message=f"drafthub: {prov.get('model_name')} ({prov.get('kind')}) τ={prov['eval']['tau']:.3f}")
+    api.upload_folder(
+        folder_path=str(drafter_dir),
+        repo_id=repo_id,
+        revision=revision,
+        commit_message=f"drafthub: {prov.get('model_name')} ({prov.get('kind')}) τ={prov['eval']['tau']:.3f}",
+    )
     return revision
-

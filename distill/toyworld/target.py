@@ -58,9 +58,7 @@ def train_target(
     warmup = max(1, cfg.train_steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt,
-        lambda s: min(1.0, (s + 1) / warmup)
-        * 0.5
-        * (1 + math.cos(math.pi * min(1.0, s / cfg.train_steps))),
+        lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / cfg.train_steps))),
     )
     n_chat = round(cfg.batch_size * cfg.chat_fraction)
     model.train()

@@ -1,6 +1,6 @@
 """Export EAGLE drafters: EAGLE-3 as the speculators directory vLLM serves as is plus SGLang's
 LlamaForCausalLMEagle3 layout in `sglang/`; EAGLE-1 as the one-layer llama directory vLLM's
-`eagle` method loads. Each with drafthub.json and a model card."""
+`eagle` method loads. Provenance and the model card are added by publishing (heads.families)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
-from heads.card import render_model_card
 from heads.eagle import Eagle3Drafter
 from heads.eagle1 import Eagle1Drafter
-from heads.formats.hf_causal import PROVENANCE
 from heads.formats.speculators import save_speculators, sglang_tensors
 from heads.formats.staging import staged_directory
 
@@ -25,25 +23,28 @@ def sglang_config(drafter: Eagle3Drafter) -> dict:
         "architectures": ["LlamaForCausalLMEagle3"],
         "draft_vocab_size": a.draft_vocab_size,
         "target_hidden_size": a.target_hidden_size,
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in a.layer_ids], "use_aux_hidden_state": True},
+        "eagle_config": {
+            "eagle_aux_hidden_state_layer_ids": [i - 1 for i in a.layer_ids],
+            "use_aux_hidden_state": True,
+        },
     }
 
 
-def export_eagle3(drafter: Eagle3Drafter, out_dir: str | Path, provenance: dict, verifier: dict, speculative_tokens: int) -> Path:
-    provenance = {**provenance, "drafter_config": {"layer_ids": list(drafter.arch.layer_ids), "draft_vocab_size": drafter.arch.draft_vocab_size, "num_speculative_tokens": speculative_tokens}}
+def write_eagle3(drafter: Eagle3Drafter, out: Path, verifier: dict, speculative_tokens: int) -> None:
+    """Fill `out` with the speculators files (linted first) and the SGLang layout."""
+    save_speculators(drafter, out, verifier, speculative_tokens)
+    (out / "sglang").mkdir()
+    (out / "sglang" / "config.json").write_text(json.dumps(sglang_config(drafter), indent=2))
+    save_file(sglang_tensors(drafter), str(out / "sglang" / "model.safetensors"), metadata={"format": "pt"})
+
+
+def export_eagle3(drafter: Eagle3Drafter, out_dir: str | Path, verifier: dict, speculative_tokens: int) -> Path:
     with staged_directory(out_dir) as tmp:
-        save_speculators(drafter, tmp, verifier, speculative_tokens)  # linted first
-        (tmp / "sglang").mkdir()
-        (tmp / "sglang" / "config.json").write_text(json.dumps(sglang_config(drafter), indent=2))
-        save_file(sglang_tensors(drafter), str(tmp / "sglang" / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / PROVENANCE).write_text(json.dumps(provenance, indent=2))
-        (tmp / "README.md").write_text(render_model_card(provenance))
+        write_eagle3(drafter, tmp, verifier, speculative_tokens)
     return Path(out_dir)
 
 
-def export_eagle1(drafter: Eagle1Drafter, out_dir: str | Path, provenance: dict) -> Path:
+def export_eagle1(drafter: Eagle1Drafter, out_dir: str | Path) -> Path:
     with staged_directory(out_dir) as tmp:
         drafter.save_pretrained(tmp)
-        (tmp / PROVENANCE).write_text(json.dumps(provenance, indent=2))
-        (tmp / "README.md").write_text(render_model_card(provenance))
     return Path(out_dir)

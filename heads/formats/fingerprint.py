@@ -17,7 +17,9 @@ def served_files_hash(export_dir: str | Path) -> str:
     """sha256 over (relative path, bytes) of every file but the provenance files, in path order."""
     root = Path(export_dir)
     digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.relative_to(root).as_posix() not in PROVENANCE_FILES):
+    for path in sorted(
+        p for p in root.rglob("*") if p.is_file() and p.relative_to(root).as_posix() not in PROVENANCE_FILES
+    ):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()

@@ -31,7 +31,12 @@ def speculators_config(drafter: Eagle3Drafter, verifier: dict, speculative_token
         "architectures": ["Eagle3Speculator"],
         "speculators_model_type": "eagle3",
         "speculators_version": "0.1.0",
-        "transformer_layer_config": {**a.llama_config(), "architectures": ["LlamaForCausalLM"], "attention_bias": False, "mlp_bias": False},
+        "transformer_layer_config": {
+            **a.llama_config(),
+            "architectures": ["LlamaForCausalLM"],
+            "attention_bias": False,
+            "mlp_bias": False,
+        },
         "draft_vocab_size": a.draft_vocab_size,
         "target_hidden_size": a.target_hidden_size,
         "eagle_aux_hidden_state_layer_ids": list(a.layer_ids),
@@ -39,7 +44,14 @@ def speculators_config(drafter: Eagle3Drafter, verifier: dict, speculative_token
         "norm_before_fc": False,
         "speculators_config": {
             "algorithm": "eagle3",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens, "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+            "proposal_methods": [
+                {
+                    "proposal_type": "greedy",
+                    "speculative_tokens": speculative_tokens,
+                    "verifier_accept_k": 1,
+                    "accept_tolerance": 0.0,
+                }
+            ],
             "default_proposal_method": "greedy",
             "verifier": verifier,
         },
@@ -87,12 +99,16 @@ def load_speculators(path: str | Path) -> Eagle3Drafter:
     drafter = Eagle3Drafter(arch)
     missing, unexpected = drafter.load_state_dict(tensors, strict=False)
     if missing or unexpected:
-        raise HeadsError(f"{path}/{WEIGHTS} does not match its config: missing {sorted(missing)[:4]}, unexpected {sorted(unexpected)[:4]}")
+        raise HeadsError(
+            f"{path}/{WEIGHTS} does not match its config: missing {sorted(missing)[:4]}, "
+            f"unexpected {sorted(unexpected)[:4]}"
+        )
     return drafter
 
 
 def sglang_tensors(drafter: Eagle3Drafter) -> dict[str, torch.Tensor]:
-    """SGLang's LlamaForCausalLMEagle3 names: the decoder layer is `midlayer.*`, no embed_tokens (SGLang shares the target's)."""
+    """SGLang's LlamaForCausalLMEagle3 names: the decoder layer is `midlayer.*`, no embed_tokens
+    (SGLang shares the target's)."""
     out = {}
     for name, value in drafter.state_dict().items():
         if name.startswith("embed_tokens."):

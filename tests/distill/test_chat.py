@@ -18,7 +18,6 @@ def test_assistant_mask_covers_exactly_the_assistant_spans(tokenizer):
         role_tok = {"system": "<|system|>", "user": "<|user|>", "assistant": ASSISTANT}[m["role"]]
         head = tokenizer.convert_tokens_to_ids([role_tok])
         body = tokenizer(m["content"], add_special_tokens=False)["input_ids"] + tokenizer.convert_tokens_to_ids([END])
-        expected_ids = head + body
         expected += [0] * len(head) + [int(m["role"] == "assistant")] * len(body)
     assert mask == expected
     spans = [tokenizer.decode([t for t, k in zip(ids, mask) if k])]

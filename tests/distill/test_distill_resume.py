@@ -8,7 +8,9 @@ from distill.shards import load_distilled
 
 def _cfgs():
     target = TargetConfig(name_or_path="toyworld:micro")
-    data = DataConfig(max_prompts=20, batch_size=4, shard_size=6, sampling=SamplingConfig(temperature=0.9, max_new_tokens=12))
+    data = DataConfig(
+        max_prompts=20, batch_size=4, shard_size=6, sampling=SamplingConfig(temperature=0.9, max_new_tokens=12)
+    )
     return target, data
 
 
@@ -47,7 +49,13 @@ def test_mixed_prompt_sources_keep_their_own_split_and_cap(tmp_path, micro_world
 
     def write(name, texts):
         path = tmp_path / name
-        path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": t}, {"role": "assistant", "content": t[::-1]}]}) + "\n" for t in texts))
+        path.write_text(
+            "".join(
+                json.dumps({"messages": [{"role": "user", "content": t}, {"role": "assistant", "content": t[::-1]}]})
+                + "\n"
+                for t in texts
+            )
+        )
         return str(path)
 
     first, second = write("a.jsonl", [f"a{i}" for i in range(5)]), write("b.jsonl", [f"b{i}" for i in range(5)])
@@ -55,5 +63,11 @@ def test_mixed_prompt_sources_keep_their_own_split_and_cap(tmp_path, micro_world
     distill(TargetConfig(name_or_path="toyworld:micro"), data, tmp_path / "out", "cpu")
     rows = load_distilled(tmp_path / "out")
     texts = [tokenizer.decode(ids) for ids in rows["input_ids"]]
-    assert [next(w for w in ("a0", "a1", "b0", "b1", "b2", "a2", "b3") if w in t) for t in texts] == ["a0", "a1", "b0", "b1", "b2"]
+    assert [next(w for w in ("a0", "a1", "b0", "b1", "b2", "a2", "b3") if w in t) for t in texts] == [
+        "a0",
+        "a1",
+        "b0",
+        "b1",
+        "b2",
+    ]
     assert sorted(rows["prompt_index"]) == rows["prompt_index"] and len(set(rows["prompt_index"])) == 5

@@ -25,8 +25,12 @@ def test_missing_messages_field_is_named(tmp_path):
 
 def test_sharegpt_conversations_are_converted(tmp_path):
     f = tmp_path / "p.jsonl"
-    f.write_text(json.dumps({"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}) + "\n")
-    assert load_conversations(str(f), "train") == [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]]
+    f.write_text(
+        json.dumps({"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}) + "\n"
+    )
+    assert load_conversations(str(f), "train") == [
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    ]
 
 
 def test_parquet_and_local_hf_dataset_directory(tmp_path):

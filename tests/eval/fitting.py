@@ -10,7 +10,9 @@ def sampled_text(target, seed: int = 0) -> dict:
     """8 rows of the target's sampled text (64 tokens) as a training batch, every token counted."""
     torch.manual_seed(seed)
     prompt = torch.randint(5, target.config.vocab_size, (8, 4))
-    ids = target.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=True, max_new_tokens=60, pad_token_id=0)
+    ids = target.generate(
+        prompt, attention_mask=torch.ones_like(prompt), do_sample=True, max_new_tokens=60, pad_token_id=0
+    )
     mask = torch.ones_like(ids)
     return {"input_ids": ids, "attention_mask": mask, "loss_mask": mask}
 

@@ -2,7 +2,12 @@
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    DynamicCache,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 from eval.kv_cache import SlotCache, ancestor_mask, truncate
 
@@ -10,7 +15,14 @@ from eval.kv_cache import SlotCache, ancestor_mask, truncate
 def _qwen2(tmp_path_factory):
     """A small Qwen2 saved and reloaded in HF format, as a real Qwen target would be."""
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+    cfg = Qwen2Config(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
     path = tmp_path_factory.mktemp("qwen2")
     Qwen2ForCausalLM(cfg).save_pretrained(path)
     return AutoModelForCausalLM.from_pretrained(path).eval()
@@ -62,7 +74,9 @@ def _assert_rows_equal_fresh(model, cache: SlotCache, rows: list[torch.Tensor]):
     nxt = torch.tensor([[5]] * len(rows))
     ours = cache.forward(model, nxt).logits[:, -1]
     for b, ids in enumerate(rows):
-        torch.testing.assert_close(ours[b], model(input_ids=torch.cat([ids, nxt[b]])[None]).logits[0, -1], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(
+            ours[b], model(input_ids=torch.cat([ids, nxt[b]])[None]).logits[0, -1], rtol=1e-4, atol=1e-4
+        )
 
 
 def test_tree_compaction_equals_a_fresh_forward_over_the_accepted_path(model):
@@ -110,7 +124,17 @@ def test_truncate_crops_to_length(target):
 
 
 def test_sliding_window_caches_are_refused(tmp_path_factory):
-    cfg = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, use_sliding_window=True, sliding_window=4, max_window_layers=0)
+    cfg = Qwen2Config(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        use_sliding_window=True,
+        sliding_window=4,
+        max_window_layers=0,
+    )
     model = Qwen2ForCausalLM(cfg).eval()
     with pytest.raises(ValueError, match="not supported"):
         SlotCache(1, torch.device("cpu")).forward(model, torch.randint(0, 300, (1, 6)))

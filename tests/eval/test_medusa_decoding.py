@@ -36,29 +36,48 @@ def test_greedy_medusa_equals_target_greedy(target, heads, tokenizer, prompt_ids
     proposer = MedusaProposer(heads, len(tokenizer), tree)
     accepted = []
     for gamma in (1, 3) if tree is None else (0,):
-        out, stats = speculative_generate(target, proposer, prompt_ids, 40, gamma, GREEDY, {tokenizer.eos_token_id}, len(tokenizer))
+        out, stats = speculative_generate(
+            target, proposer, prompt_ids, 40, gamma, GREEDY, {tokenizer.eos_token_id}, len(tokenizer)
+        )
         assert out == greedy_reference
         accepted += stats.accept_counts
     depth = 3 if tree is None else max(map(len, tree))
     assert any(c > 0 for c in accepted) and any(c < depth for c in accepted)
-    batched, _ = speculative_generate(target, proposer, prompt_ids[:3], 40, 2, GREEDY, {tokenizer.eos_token_id}, len(tokenizer))
+    batched, _ = speculative_generate(
+        target, proposer, prompt_ids[:3], 40, 2, GREEDY, {tokenizer.eos_token_id}, len(tokenizer)
+    )
     assert batched == greedy_reference[:3]
 
 
 def test_chains_longer_than_the_heads_are_refused(target, heads, tokenizer, prompt_ids):
     with pytest.raises(ValueError, match="at most 3 tokens"):
-        speculative_generate(target, MedusaProposer(heads, len(tokenizer)), prompt_ids[:1], 8, 4, GREEDY, set(), len(tokenizer))
+        speculative_generate(
+            target, MedusaProposer(heads, len(tokenizer)), prompt_ids[:1], 8, 4, GREEDY, set(), len(tokenizer)
+        )
 
 
 @pytest.mark.parametrize("tree", [None, full_tree([3, 1])], ids=["chain", "tree"])
 def test_sampled_medusa_draws_from_the_target_distribution(target, heads, tokenizer, prompt_ids, tree):
     """The first sampled token follows the target's warped p (exact rejection sampling)."""
-    assert_first_tokens_follow_the_target(target, MedusaProposer(heads, len(tokenizer), tree), prompt_ids[1], len(tokenizer))
+    assert_first_tokens_follow_the_target(
+        target, MedusaProposer(heads, len(tokenizer), tree), prompt_ids[1], len(tokenizer)
+    )
 
 
 def test_typical_acceptance_uses_the_top_k_candidates(target, heads, tokenizer, prompt_ids):
     proposer = MedusaProposer(heads, len(tokenizer), TREE, topk_candidates=True)
-    (out,), stats = speculative_generate(target, proposer, [prompt_ids[0]], 30, 0, SamplingParams(temperature=0.7), set(), len(tokenizer), torch.Generator().manual_seed(0), Acceptance(rule="typical"))
+    (out,), stats = speculative_generate(
+        target,
+        proposer,
+        [prompt_ids[0]],
+        30,
+        0,
+        SamplingParams(temperature=0.7),
+        set(),
+        len(tokenizer),
+        torch.Generator().manual_seed(0),
+        Acceptance(rule="typical"),
+    )
     assert len(out) == 30 and stats.target_forwards < 30
 
 
@@ -81,9 +100,11 @@ def test_sampled_tree_nodes_come_from_their_own_head_in_any_node_order(target, t
 
 def test_heads_for_another_target_are_refused(tmp_path, target, tokenizer):
     from eval.config import EvalConfig
-    from eval.drafters import load_proposer
     from eval.errors import EvalError
+    from eval.proposers import load_proposer
 
-    MedusaHeads(hidden_size=target.config.hidden_size * 2, vocab_size=target.config.vocab_size, num_heads=2).save_pretrained(tmp_path / "m")
+    MedusaHeads(
+        hidden_size=target.config.hidden_size * 2, vocab_size=target.config.vocab_size, num_heads=2
+    ).save_pretrained(tmp_path / "m")
     with pytest.raises(EvalError, match="pair the heads with the target they were trained on"):
         load_proposer(tmp_path / "m", target, len(tokenizer), EvalConfig(), torch.device("cpu"))

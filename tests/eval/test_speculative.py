@@ -14,7 +14,13 @@ def _eos(tokenizer):
 
 
 def _hf_greedy(target, ids, n, tokenizer):
-    out = target.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=n, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    out = target.generate(
+        torch.tensor([ids]),
+        do_sample=False,
+        max_new_tokens=n,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     return out[0, len(ids) :].tolist()
 
 
@@ -30,7 +36,9 @@ def test_greedy_speculative_equals_target_generate(target, weak_draft, tokenizer
     accepted_some = rejected_some = False
     for ids, ref in zip(prompt_ids, reference):
         for gamma in (1, 3, 5) if tree is None else (0,):
-            (spec,), stats = speculative_generate(target, proposer, [ids], 40, gamma, GREEDY, _eos(tokenizer), len(tokenizer))
+            (spec,), stats = speculative_generate(
+                target, proposer, [ids], 40, gamma, GREEDY, _eos(tokenizer), len(tokenizer)
+            )
             assert spec == ref
             depth = gamma if tree is None else len(tree)
             accepted_some |= any(c > 0 for c in stats.accept_counts)
@@ -43,7 +51,10 @@ def test_batched_decoding_equals_one_row_at_a_time(target, weak_draft, tokenizer
     prompts = [ids[-n:] for ids, n in zip(prompt_ids, (60, 23, 41, 8, 60, 35))]  # ragged: left padding
     proposer = DraftLMProposer(weak_draft, len(tokenizer), tree=tree)
     batched, stats = speculative_generate(target, proposer, prompts, 40, 3, GREEDY, _eos(tokenizer), len(tokenizer))
-    one_by_one = [speculative_generate(target, proposer, [p], 40, 3, GREEDY, _eos(tokenizer), len(tokenizer))[0][0] for p in prompts]
+    one_by_one = [
+        speculative_generate(target, proposer, [p], 40, 3, GREEDY, _eos(tokenizer), len(tokenizer))[0][0]
+        for p in prompts
+    ]
     assert batched == one_by_one
     assert len(set(stats.accept_counts)) > 1  # rows really accepted different lengths
     assert autoregressive_generate(target, prompts, 40, GREEDY, _eos(tokenizer), len(tokenizer)) == one_by_one
@@ -59,21 +70,38 @@ def test_drafter_equal_to_target_accepts_every_token(target, tokenizer, prompt_i
     proposer = DraftLMProposer(target, len(tokenizer), tree=tree)
     for params in (GREEDY, SamplingParams(temperature=0.8, top_p=0.9, top_k=50)):
         gen = torch.Generator().manual_seed(0)
-        (out,), stats = speculative_generate(target, proposer, [prompt_ids[0]], 33, 3, params, set(), len(tokenizer), gen)
+        (out,), stats = speculative_generate(
+            target, proposer, [prompt_ids[0]], 33, 3, params, set(), len(tokenizer), gen
+        )
         assert len(out) == 33
         assert all(c == 3 for c in stats.accept_counts)  # p == q: nothing is ever rejected
 
 
 @pytest.mark.parametrize("tree", [None, [3, 1]], ids=["chain", "tree"])
-def test_sampled_speculative_output_distribution_matches_plain_sampling(target, weak_draft, tokenizer, prompt_ids, tree):
+def test_sampled_speculative_output_distribution_matches_plain_sampling(
+    target, weak_draft, tokenizer, prompt_ids, tree
+):
     """The first sampled token follows the target's warped p, whatever the draft proposed."""
-    assert_first_tokens_follow_the_target(target, DraftLMProposer(weak_draft, len(tokenizer), tree=tree), prompt_ids[1], len(tokenizer))
+    assert_first_tokens_follow_the_target(
+        target, DraftLMProposer(weak_draft, len(tokenizer), tree=tree), prompt_ids[1], len(tokenizer)
+    )
 
 
 def test_typical_acceptance_decodes_and_is_a_separate_rule(target, weak_draft, tokenizer, prompt_ids):
     params = SamplingParams(temperature=0.7)
     proposer = DraftLMProposer(weak_draft, len(tokenizer), tree=[2, 2])
-    (out,), stats = speculative_generate(target, proposer, [prompt_ids[0]], 30, 2, params, set(), len(tokenizer), torch.Generator().manual_seed(0), Acceptance(rule="typical"))
+    (out,), stats = speculative_generate(
+        target,
+        proposer,
+        [prompt_ids[0]],
+        30,
+        2,
+        params,
+        set(),
+        len(tokenizer),
+        torch.Generator().manual_seed(0),
+        Acceptance(rule="typical"),
+    )
     assert len(out) == 30 and stats.target_forwards < 30
 
 
@@ -102,9 +130,11 @@ def test_target_features_of_verified_tokens_reach_the_proposer(target, weak_draf
         assert got.shape[0] >= len(prompt) + len(out[b]) - 1  # all but the newest token
         n = len(prompt) + len(out[b])  # the row may have decoded past its output; compare what we know
         final = []  # id 2 = N: the last layer's output before the final norm (as vLLM reads it)
-        hook = target.model.norm.register_forward_pre_hook(lambda module, args: final.append(args[0]))
+        hook = target.model.norm.register_forward_pre_hook(lambda module, args, final=final: final.append(args[0]))
         try:
             hidden = target(input_ids=torch.tensor([prompt + out[b]]), output_hidden_states=True).hidden_states
         finally:
             hook.remove()
-        torch.testing.assert_close(got[:n], torch.cat([hidden[0][0], final[0][0]], -1)[: got.shape[0]], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(
+            got[:n], torch.cat([hidden[0][0], final[0][0]], -1)[: got.shape[0]], rtol=1e-4, atol=1e-4
+        )

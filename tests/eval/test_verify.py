@@ -122,7 +122,9 @@ def test_tree_rejection_sampling_emits_the_target_distribution():
     second = torch.zeros(vocab, vocab)
     for _ in range(draws):
         top = torch.multinomial(q_root, 3, replacement=True, generator=gen)  # independent siblings
-        below = torch.stack([torch.multinomial(q_next[int(x)], 2, replacement=True, generator=gen) for x in top]).flatten()
+        below = torch.stack(
+            [torch.multinomial(q_next[int(x)], 2, replacement=True, generator=gen) for x in top]
+        ).flatten()
         tokens = torch.cat([top, below])
         target_probs = torch.cat([p_root[None], p_next[tokens]])  # (N+1, V): p after each node
         draft_probs = torch.cat([q_root.expand(3, -1), q_next[top].repeat_interleave(2, 0)])
@@ -138,7 +140,11 @@ def test_tree_rejection_sampling_emits_the_target_distribution():
         n = second[x].sum()
         assert n > 1000
         cond = second[x] / n
-        assert torch.all((cond - p_next[x]).abs() <= 5 * torch.sqrt(p_next[x] * (1 - p_next[x]) / n) + 1e-9), (x, cond, p_next[x])
+        assert torch.all((cond - p_next[x]).abs() <= 5 * torch.sqrt(p_next[x] * (1 - p_next[x]) / n) + 1e-9), (
+            x,
+            cond,
+            p_next[x],
+        )
 
 
 def test_tree_rejection_with_point_mass_candidates_emits_the_target_distribution():
@@ -173,5 +179,12 @@ def test_typical_acceptance_takes_the_longest_typical_path():
     tokens, parents = torch.tensor([0, 1, 2]), torch.tensor([-1, -1, 0])  # nodes: 0 (root→0), 1 (root→1), 2 (0→2)
     path, _ = typical_verify(target_probs, tokens, parents, threshold=0.09, alpha=0.3)
     assert path == [0, 2]  # p(1 | root) = 0.05 is below min(0.09, 0.3·e^−H) and is rejected
-    path, nxt = typical_verify(target_probs, torch.tensor([1, 1, 2]), parents, threshold=0.09, alpha=0.3, generator=torch.Generator().manual_seed(0))
+    path, nxt = typical_verify(
+        target_probs,
+        torch.tensor([1, 1, 2]),
+        parents,
+        threshold=0.09,
+        alpha=0.3,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert path == [] and nxt in (0, 1, 2)

@@ -7,11 +7,11 @@ import torch
 from safetensors import safe_open
 
 from distill.features import layer_features
-from heads.config import EagleConfig
+from heads.config import Eagle1Config, Eagle3Config
 from heads.eagle import Eagle3Drafter
 from heads.errors import HeadsError
 from heads.formats.eagle_export import export_eagle3
-from heads.formats.speculators import speculators_config
+from heads.formats.speculators import load_speculators, speculators_config
 from heads.lint import lint_eagle3
 from heads.vocab import DraftVocab, build_draft_vocab, token_counts
 
@@ -22,7 +22,9 @@ IDS = [0, 1, 2]
 def drafter(target):
     torch.manual_seed(0)
     vocab, _ = build_draft_vocab(torch.arange(target.config.vocab_size).flip(0), 300)
-    d = Eagle3Drafter.from_target(EagleConfig(layer_ids=IDS, num_attention_heads=2, num_key_value_heads=1), target, vocab)
+    d = Eagle3Drafter.from_target(
+        Eagle3Config(layer_ids=IDS, num_attention_heads=2, num_key_value_heads=1), target, vocab
+    )
     with torch.no_grad():  # a trained-looking drafter: nothing is at its init value
         for name, p in d.named_parameters():
             if "norm" in name:
@@ -33,14 +35,19 @@ def drafter(target):
 def test_layer_ids_are_the_residual_stream_entering_each_decoder_layer(target, prompt_ids):
     ids = torch.tensor([prompt_ids[0]])
     seen = {}
+
     def record(k):
         def hook(module, args, kwargs):
             seen[k] = kwargs.get("hidden_states", args[0] if args else None)
 
         return hook
 
-    hooks = [layer.register_forward_pre_hook(record(k), with_kwargs=True) for k, layer in enumerate(target.model.layers)]
-    hooks.append(target.model.norm.register_forward_pre_hook(lambda module, args: seen.__setitem__("norm_input", args[0])))
+    hooks = [
+        layer.register_forward_pre_hook(record(k), with_kwargs=True) for k, layer in enumerate(target.model.layers)
+    ]
+    hooks.append(
+        target.model.norm.register_forward_pre_hook(lambda module, args: seen.__setitem__("norm_input", args[0]))
+    )
     try:
         features, logits = layer_features(target, ids, None, [0, 1, 2])
     finally:
@@ -68,11 +75,23 @@ def test_training_time_test_equals_step_by_step_decoding(drafter, target, prompt
         for t in (0, 7, 19):
             cache = drafter.new_cache(1, ids.device)
             real = torch.arange(t + 1)[None]
-            out = drafter.decode(cache, drafter.fuse(features[:, : t + 1]), ids[:, 1 : t + 2], real, torch.ones(1, t + 1, dtype=torch.bool))
+            out = drafter.decode(
+                cache,
+                drafter.fuse(features[:, : t + 1]),
+                ids[:, 1 : t + 2],
+                real,
+                torch.ones(1, t + 1, dtype=torch.bool),
+            )
             hidden = out[:, -1:]
             for j in range(3):
                 if j:
-                    hidden = drafter.decode(cache, hidden, ids[:, t + j + 1 : t + j + 2], torch.tensor([[t + j]]), torch.ones(1, 1, dtype=torch.bool))
+                    hidden = drafter.decode(
+                        cache,
+                        hidden,
+                        ids[:, t + j + 1 : t + j + 2],
+                        torch.tensor([[t + j]]),
+                        torch.ones(1, 1, dtype=torch.bool),
+                    )
                 torch.testing.assert_close(drafter.logits(hidden[:, -1]), ttt[j][:, t], rtol=1e-4, atol=1e-4)
 
 
@@ -89,10 +108,21 @@ def test_draft_vocab_maps_every_draft_id_to_its_target_id():
 
 def test_speculators_export_has_the_documented_fields_and_round_trips(tmp_path, drafter, target):
     verifier = {"name_or_path": "toyworld:micro", "architectures": ["LlamaForCausalLM"]}
-    provenance = {"kind": "eagle3", "model_name": "e", "target": {"name_or_path": "toyworld:micro"}, "recipe": {"recipe_name": "t"}, "eval": {}, "draft_vocab": {"draft_vocab_size": 300, "coverage": 0.97}}
+    provenance = {
+        "kind": "eagle3",
+        "model_name": "e",
+        "target": {"name_or_path": "toyworld:micro"},
+        "recipe": {"recipe_name": "t"},
+        "eval": {},
+        "draft_vocab": {"draft_vocab_size": 300, "coverage": 0.97},
+    }
     out = export_eagle3(drafter, tmp_path / "d", provenance, verifier, 3)
     card = (out / "README.md").read_text()
-    assert "Target layers fused: [0, 1, 2]" in card and "300 tokens, covering 97.0%" in card and '"num_speculative_tokens": 3' in card
+    assert (
+        "Target layers fused: [0, 1, 2]" in card
+        and "300 tokens, covering 97.0%" in card
+        and '"num_speculative_tokens": 3' in card
+    )
     config = json.loads((out / "config.json").read_text())
     H, V = target.config.hidden_size, target.config.vocab_size
     assert "model_type" not in config and config["speculators_model_type"] == "eagle3"
@@ -101,24 +131,42 @@ def test_speculators_export_has_the_documented_fields_and_round_trips(tmp_path, 
     assert config["transformer_layer_config"]["model_type"] == "llama"
     sc = config["speculators_config"]
     assert sc["algorithm"] == "eagle3" and sc["default_proposal_method"] == "greedy" and sc["verifier"] == verifier
-    assert sc["proposal_methods"][0]["proposal_type"] == "greedy" and sc["proposal_methods"][0]["speculative_tokens"] == 3
+    assert (
+        sc["proposal_methods"][0]["proposal_type"] == "greedy" and sc["proposal_methods"][0]["speculative_tokens"] == 3
+    )
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-    assert shapes["fc.weight"] == (H, 3 * H) and shapes["lm_head.weight"] == (300, H) and shapes["embed_tokens.weight"] == (V, H)
+    assert (
+        shapes["fc.weight"] == (H, 3 * H)
+        and shapes["lm_head.weight"] == (300, H)
+        and shapes["embed_tokens.weight"] == (V, H)
+    )
     assert shapes["layers.0.self_attn.q_proj.weight"][1] == shapes["layers.0.self_attn.k_proj.weight"][1] == 2 * H
-    assert shapes["d2t"] == (300,) and shapes["t2d"] == (V,) and "layers.0.hidden_norm.weight" in shapes and "norm.weight" in shapes
+    assert (
+        shapes["d2t"] == (300,)
+        and shapes["t2d"] == (V,)
+        and "layers.0.hidden_norm.weight" in shapes
+        and "norm.weight" in shapes
+    )
     with safe_open(str(out / "sglang" / "model.safetensors"), "pt") as f:
         names = set(f.keys())
-    assert "midlayer.self_attn.q_proj.weight" in names and not any(n.startswith(("layers.", "embed_tokens")) for n in names)
-    assert json.loads((out / "sglang" / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [i - 1 for i in IDS]
+    assert "midlayer.self_attn.q_proj.weight" in names and not any(
+        n.startswith(("layers.", "embed_tokens")) for n in names
+    )
+    assert json.loads((out / "sglang" / "config.json").read_text())["eagle_config"][
+        "eagle_aux_hidden_state_layer_ids"
+    ] == [i - 1 for i in IDS]
 
-    loaded = Eagle3Drafter.from_pretrained(out)
+    loaded = load_speculators(out)
     for (name, a), (_, b) in zip(drafter.state_dict().items(), loaded.state_dict().items()):
         assert torch.equal(a, b), name
     features = torch.randn(1, 9, 3 * H)
     ids = torch.randint(0, V, (1, 9))
     with torch.no_grad():
-        for a, b in zip(drafter.ttt_logits(features, ids, torch.ones_like(ids), 2), loaded.eval().ttt_logits(features, ids, torch.ones_like(ids), 2)):
+        for a, b in zip(
+            drafter.ttt_logits(features, ids, torch.ones_like(ids), 2),
+            loaded.eval().ttt_logits(features, ids, torch.ones_like(ids), 2),
+        ):
             assert torch.equal(a.argmax(-1), b.argmax(-1))
 
 
@@ -131,8 +179,14 @@ def test_linter_rejects_wrong_fc_shapes_and_implicit_layer_ids(drafter):
     assert any("layer ids" in p for p in lint_eagle3({**config, "eagle_aux_hidden_state_layer_ids": None}, tensors))
     # vLLM concatenates aux layers in layer order (the served check passed an export listing [2, 1, 0]),
     # so a descending list would have fc's columns misread: rejected here and at construction.
-    assert any("must be ascending" in p for p in lint_eagle3({**config, "eagle_aux_hidden_state_layer_ids": [2, 1, 0]}, tensors))
-    assert any("norm_before_residual" in p for p in lint_eagle3({k: v for k, v in config.items() if k != "norm_before_residual"}, tensors))
+    assert any(
+        "must be ascending" in p
+        for p in lint_eagle3({**config, "eagle_aux_hidden_state_layer_ids": [2, 1, 0]}, tensors)
+    )
+    assert any(
+        "norm_before_residual" in p
+        for p in lint_eagle3({k: v for k, v in config.items() if k != "norm_before_residual"}, tensors)
+    )
     assert any("d2t" in p for p in lint_eagle3(config, {**tensors, "d2t": tensors["d2t"] + 1}))
     with pytest.raises(HeadsError, match="fc.weight has shape"):
         from heads.formats.speculators import save_speculators
@@ -145,9 +199,9 @@ def test_linter_rejects_wrong_fc_shapes_and_implicit_layer_ids(drafter):
 def test_shallow_targets_need_explicit_layer_ids(target):
     vocab, _ = build_draft_vocab(torch.ones(target.config.vocab_size), 50)
     with pytest.raises(HeadsError, match="set drafter.layer_ids explicitly"):
-        Eagle3Drafter.from_target(EagleConfig(), target, vocab)  # 2-layer target: [2, 1, -1]
+        Eagle3Drafter.from_target(Eagle3Config(), target, vocab)  # 2-layer target: [2, 1, -1]
     with pytest.raises(HeadsError, match=r"must be ascending.*use \[0, 1, 2\]"):
-        Eagle3Drafter.from_target(EagleConfig(layer_ids=[1, 0, 2]), target, vocab)
+        Eagle3Drafter.from_target(Eagle3Config(layer_ids=[1, 0, 2]), target, vocab)
 
 
 def test_training_time_test_memory_grows_linearly_in_steps(drafter, target):
@@ -157,7 +211,9 @@ def test_training_time_test_memory_grows_linearly_in_steps(drafter, target):
     features, ids = torch.randn(2, T, 3 * H), torch.randint(0, target.config.vocab_size, (2, T))
     drafter.train()
     try:
-        saved = {n: saved_for_backward_bytes(lambda n=n: drafter(features, ids, torch.ones_like(ids), n)) for n in (1, 4, 7)}
+        saved = {
+            n: saved_for_backward_bytes(lambda n=n: drafter(features, ids, torch.ones_like(ids), n)) for n in (1, 4, 7)
+        }
     finally:
         drafter.eval()
     first, second = saved[4] - saved[1], saved[7] - saved[4]
@@ -169,13 +225,15 @@ def test_eagle1_training_pass_equals_step_by_step_decoding(target, prompt_ids):
     from heads.eagle1 import Eagle1Drafter
 
     torch.manual_seed(0)
-    drafter = Eagle1Drafter.from_target(EagleConfig(kind="eagle1"), target).eval()
+    drafter = Eagle1Drafter.from_target(Eagle1Config(), target).eval()
     ids = torch.tensor([prompt_ids[2][:20]])
     features, logits = final_hidden_states(target, ids)
     with torch.no_grad():
         predicted = drafter(features, ids, torch.ones_like(ids))  # (1, T, H): entry t estimates f_{t+1}
         cache = drafter.new_cache(1, ids.device)
-        out = drafter.decode(cache, features[:, :12], ids[:, 1:13], torch.arange(12)[None], torch.ones(1, 12, dtype=torch.bool))
+        out = drafter.decode(
+            cache, features[:, :12], ids[:, 1:13], torch.arange(12)[None], torch.ones(1, 12, dtype=torch.bool)
+        )
         torch.testing.assert_close(out, predicted[:, :12], rtol=1e-4, atol=1e-4)
         # Scored by the target's own lm_head: the target's features give the target's logits.
         torch.testing.assert_close(drafter.logits(features), logits, rtol=1e-4, atol=1e-4)

@@ -5,14 +5,26 @@ from transformers import AutoModelForCausalLM
 
 from heads.config import DraftLMConfig
 from heads.draft_lm import DraftLM
+from heads.families import write_provenance
 from heads.formats.hf_causal import export_draft_lm
 
 
 def test_export_loads_with_automodel_and_works_as_assistant_model(tmp_path, target, tokenizer, prompt_ids):
     torch.manual_seed(0)
-    drafter = DraftLM.from_config(DraftLMConfig(hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2), target.config, tokenizer)
-    provenance = {"kind": "draft_lm", "model_name": "t", "target": {"name_or_path": "toyworld:micro"}, "recipe": {"recipe_name": "test"}, "eval": {"tau": 2.0, "alpha": 0.5, "speedup": 1.2, "lossless": True}}
-    out = export_draft_lm(drafter, tokenizer, tmp_path / "drafter", provenance)
+    drafter = DraftLM.from_config(
+        DraftLMConfig(hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2),
+        target.config,
+        tokenizer,
+    )
+    provenance = {
+        "kind": "draft_lm",
+        "model_name": "t",
+        "target": {"name_or_path": "toyworld:micro"},
+        "recipe": {"recipe_name": "test"},
+        "eval": {"tau": 2.0, "alpha": 0.5, "speedup": 1.2, "lossless": True},
+    }
+    out = export_draft_lm(drafter, tokenizer, tmp_path / "drafter")
+    write_provenance(out, provenance)
     assert json.loads((out / "drafthub.json").read_text())["kind"] == "draft_lm"
     card = (out / "README.md").read_text()
     assert card.startswith("---\nlibrary_name: transformers") and "| 2.000 | 0.500 |" in card
@@ -21,7 +33,9 @@ def test_export_loads_with_automodel_and_works_as_assistant_model(tmp_path, targ
     loaded = AutoModelForCausalLM.from_pretrained(out).eval()
     ids = torch.tensor([prompt_ids[0]])
     torch.testing.assert_close(loaded(ids).logits, drafter(ids).logits)
-    kwargs = dict(do_sample=False, max_new_tokens=24, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    kwargs = dict(
+        do_sample=False, max_new_tokens=24, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id
+    )
     assisted = target.generate(ids, assistant_model=loaded, **kwargs)
     assert torch.equal(assisted, target.generate(ids, **kwargs))
 

@@ -41,23 +41,42 @@ def test_export_is_vllm_medusa_format_and_round_trips_exactly(tmp_path, target):
     heads = _trained_like(target)
     heads.tree = build_tree([[0.6, 0.2, 0.1], [0.4, 0.2, 0.1], [0.3, 0.1, 0.1], [0.2, 0.1, 0.05]], 12)
     heads.calibration = {"head_accuracy": [[0.6]], "expected_tau": 2.0}
-    provenance = {"kind": "medusa", "model_name": "m", "target": {"name_or_path": "toyworld:micro"}, "recipe": {"recipe_name": "test"}, "eval": {"tau": 1.8, "alpha": 0.3, "speedup": 1.1, "lossless": True}}
+    provenance = {
+        "kind": "medusa",
+        "model_name": "m",
+        "target": {"name_or_path": "toyworld:micro"},
+        "recipe": {"recipe_name": "test"},
+        "eval": {"tau": 1.8, "alpha": 0.3, "speedup": 1.1, "lossless": True},
+    }
     out = export_medusa(heads, tmp_path / "drafter", provenance)
 
     config = json.loads((out / "config.json").read_text())
     H, V = target.config.hidden_size, target.config.vocab_size
     assert config["model_type"] == "medusa" and config["architectures"] == ["MedusaModel"]
-    assert {k: config[k] for k in ("num_heads", "num_hidden_layers", "hidden_size", "vocab_size")} == {"num_heads": 4, "num_hidden_layers": 2, "hidden_size": H, "vocab_size": V}
+    assert {k: config[k] for k in ("num_heads", "num_hidden_layers", "hidden_size", "vocab_size")} == {
+        "num_heads": 4,
+        "num_hidden_layers": 2,
+        "hidden_size": H,
+        "vocab_size": V,
+    }
     assert config["medusa_fc_bias"] is True  # else vLLM builds bias-free blocks and drops our biases
     # vLLM renames every config key holding "num" and "heads"/"layers"; ours must be only these two.
     assert [k for k in config if "num" in k and ("heads" in k or "layers" in k)] == ["num_heads", "num_hidden_layers"]
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
     expected = {f"lm_heads.{h}.weight": (V, H) for h in range(4)}
-    expected |= {f"blocks.{h}.layers.{l}.{p}": (H, H) if p == "weight" else (H,) for h in range(4) for l in range(2) for p in ("weight", "bias")}
+    expected |= {
+        f"blocks.{h}.layers.{layer}.{p}": (H, H) if p == "weight" else (H,)
+        for h in range(4)
+        for layer in range(2)
+        for p in ("weight", "bias")
+    }
     assert shapes == expected
     card = (out / "README.md").read_text()
-    assert card.startswith("---\nlibrary_name: vllm") and '"method": "medusa", "model": "THIS_DIRECTORY", "num_speculative_tokens": 4}' in card
+    assert (
+        card.startswith("---\nlibrary_name: vllm")
+        and '"method": "medusa", "model": "THIS_DIRECTORY", "num_speculative_tokens": 4}' in card
+    )
     assert json.loads((out / "drafthub.json").read_text())["kind"] == "medusa"
 
     loaded = MedusaHeads.from_pretrained(out).eval()

@@ -7,12 +7,14 @@ from heads.medusa_tree import build_tree, expected_tau, full_tree, rank_accuracy
 
 
 def test_rank_accuracy_on_a_hand_made_example():
-    logits = torch.tensor([
-        [0.0, 5.0, 1.0, 2.0],  # ranking 1, 3, 2, 0
-        [3.0, 0.0, 2.0, 1.0],  # ranking 0, 2, 3, 1
-        [0.0, 1.0, 2.0, 3.0],  # ranking 3, 2, 1, 0
-        [1.0, 0.0, 0.5, 0.2],  # ranking 0, 2, 3, 1
-    ])
+    logits = torch.tensor(
+        [
+            [0.0, 5.0, 1.0, 2.0],  # ranking 1, 3, 2, 0
+            [3.0, 0.0, 2.0, 1.0],  # ranking 0, 2, 3, 1
+            [0.0, 1.0, 2.0, 3.0],  # ranking 3, 2, 1, 0
+            [1.0, 0.0, 0.5, 0.2],  # ranking 0, 2, 3, 1
+        ]
+    )
     labels = torch.tensor([1, 2, 0, 1])  # ranks 0, 1, 3, 3
     torch.testing.assert_close(rank_accuracy(logits, labels, 3), torch.tensor([0.25, 0.25, 0.0]))
     torch.testing.assert_close(rank_accuracy(logits, labels, 4).cumsum(0), torch.tensor([0.25, 0.5, 0.5, 1.0]))

@@ -20,8 +20,32 @@ def test_pipeline_serves_the_export_it_then_publishes(tmp_path, micro_world):
     assert served["equal_prompts"] == served["num_prompts"] == 4
     assert served["files_sha256"] == served_files_hash(run_dir / "drafter")  # published == served, byte for byte
     assert "## Served check: vLLM" in (run_dir / "eval" / "report.md").read_text()
-    assert "Served check: vLLM" in (run_dir / "drafter" / "README.md").read_text() and "**ok**" in (run_dir / "drafter" / "README.md").read_text()
+    assert (
+        "Served check: vLLM" in (run_dir / "drafter" / "README.md").read_text()
+        and "**ok**" in (run_dir / "drafter" / "README.md").read_text()
+    )
     assert not list(run_dir.glob(".served-*")) and not (run_dir / ".drafter-candidate").exists()
+
+
+@pytest.mark.needs_vllm
+@pytest.mark.slow
+def test_training_free_ngram_runs_eval_serve_and_publish_from_its_settings(tmp_path, micro_world):
+    small = ["target=micro", "eval.num_prompts=4", "eval.max_new_tokens=24", "eval.gamma_sweep=[1,2]"]
+    r = run("train", "recipe=toy_ngram", *small, "eval.serve=vllm", f"run_dir={tmp_path}/run")
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    assert "[train] skipped: ngram is training-free" not in r.stdout  # toy_ngram's stages are [eval, publish]
+    assert not (run_dir / "checkpoints").exists() and not (run_dir / "data").exists()  # nothing distilled or trained
+    report = json.loads((run_dir / "eval" / "eval_report.json").read_text())
+    assert report["kind"] == "ngram" and report["lossless"] is True and report["lossless_prompts"] == 4
+    assert {"tau", "alpha", "speedup"} <= report.keys() and report["checkpoint_sha256"] is None
+    served = report["served"]
+    assert served["method"] == "ngram" and served["verdict"] == "ok", served
+    assert served["files_sha256"] == served_files_hash(run_dir / "drafter") == report["export_sha256"]
+    config = json.loads((run_dir / "drafter" / "config.json").read_text())
+    assert config == {"drafthub_kind": "ngram", "method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    assert json.loads((run_dir / "drafter" / "drafthub.json").read_text())["kind"] == "ngram"
+    assert '"method": "ngram"' in (run_dir / "drafter" / "README.md").read_text()
 
 
 def test_serving_without_vllm_fails_before_any_stage(tmp_path, monkeypatch):
@@ -40,6 +64,9 @@ def test_serving_without_vllm_fails_before_any_stage(tmp_path, monkeypatch):
     with initialize_config_module(config_module="conf", version_base=None):
         cfg = compose("config", overrides=["target=micro", "eval.serve=vllm", f"run_dir={tmp_path}/run"])
     GlobalHydra.instance().clear()
-    with pytest.raises(PipelineError, match=r"eval.serve=vllm: vLLM is not installed; pip install 'drafthub\[vllm\]' .* or set eval.serve=null"):
+    with pytest.raises(
+        PipelineError,
+        match=r"eval.serve=vllm: vLLM is not installed; pip install 'drafthub\[vllm\]' .* or set eval.serve=null",
+    ):
         run_pipeline(cfg)
     assert not (tmp_path / "run").exists()

@@ -1,28 +1,35 @@
 """The served check: vLLM serves each export as published, and its counters must agree with ours."""
 
-import json
-from contextlib import nullcontext
-
 import pytest
 import torch
 
 from eval.config import EvalConfig
-from eval.drafters import load_proposer
+from eval.proposers import load_proposer
 from eval.run import evaluate
 from eval.served import served_figures, served_hook, verdict
 from heads.config import DraftLMConfig, MedusaConfig
 from heads.draft_lm import DraftLM
+from heads.families import family_of_export, write_provenance
 from heads.formats.eagle_export import export_eagle1, export_eagle3
 from heads.formats.fingerprint import served_files_hash
 from heads.formats.hf_causal import export_draft_lm
 from heads.formats.medusa_vllm import export_medusa
+from heads.ngram import NgramDrafter
 
 needs_vllm = pytest.mark.needs_vllm  # registered in pyproject.toml
-CFG = EvalConfig(num_prompts=6, max_new_tokens=24, num_speculative_tokens=3, gamma_sweep=[], warmup_prompts=0, serve="vllm")
+CFG = EvalConfig(
+    num_prompts=6, max_new_tokens=24, num_speculative_tokens=3, gamma_sweep=[], warmup_prompts=0, serve="vllm"
+)
 
 
 def _provenance(kind):
-    return {"kind": kind, "model_name": "t", "target": {"name_or_path": "toyworld:micro"}, "recipe": {"recipe_name": "test"}, "eval": {}}
+    return {
+        "kind": kind,
+        "model_name": "t",
+        "target": {"name_or_path": "toyworld:micro"},
+        "recipe": {"recipe_name": "test"},
+        "eval": {},
+    }
 
 
 def test_served_figures_use_our_definitions():
@@ -42,11 +49,19 @@ def test_verdict_needs_equal_outputs_and_tau_within_tolerance():
 
 def test_fingerprint_ignores_provenance_and_sees_every_served_byte(tmp_path, target, tokenizer):
     torch.manual_seed(0)
-    drafter = DraftLM.from_config(DraftLMConfig(hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2), target.config, tokenizer)
-    a = export_draft_lm(drafter, tokenizer, tmp_path / "a", _provenance("draft_lm"))
-    b = export_draft_lm(drafter, tokenizer, tmp_path / "b", {**_provenance("draft_lm"), "eval": {"tau": 9.0}})
+    drafter = DraftLM.from_config(
+        DraftLMConfig(hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2),
+        target.config,
+        tokenizer,
+    )
+    a = export_draft_lm(drafter, tokenizer, tmp_path / "a")
+    b = export_draft_lm(drafter, tokenizer, tmp_path / "b")
+    write_provenance(a, _provenance("draft_lm"))
+    write_provenance(b, {**_provenance("draft_lm"), "eval": {"tau": 9.0}})
     assert served_files_hash(a) == served_files_hash(b)  # same weights, different card: same served bytes
-    (b / "config.json").write_text((b / "config.json").read_text().replace('"num_hidden_layers": 1', '"num_hidden_layers": 2'))
+    (b / "config.json").write_text(
+        (b / "config.json").read_text().replace('"num_hidden_layers": 1', '"num_hidden_layers": 2')
+    )
     assert served_files_hash(a) != served_files_hash(b)
 
 
@@ -60,37 +75,64 @@ def exports(tmp_path_factory, target, tokenizer):
 
     root = tmp_path_factory.mktemp("exports")
     torch.manual_seed(0)
-    draft = DraftLM.from_config(DraftLMConfig(hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2), target.config, tokenizer)
+    draft = DraftLM.from_config(
+        DraftLMConfig(hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2),
+        target.config,
+        tokenizer,
+    )
     fit(draft, DraftLMDistillation(target, "fkl", target.config.vocab_size), sampled_text(target), steps=60)
     verifier = {"name_or_path": "toyworld:micro", "architectures": ["LlamaForCausalLM"]}
     return {
-        "draft_lm": export_draft_lm(draft, tokenizer, root / "draft_lm", _provenance("draft_lm")),
-        "medusa": export_medusa(fit_heads(target, MedusaConfig(num_heads=3, num_layers=1)), root / "medusa", _provenance("medusa")),
-        "eagle3": export_eagle3(fit_eagle(target), root / "eagle3", {**_provenance("eagle3"), "draft_vocab": {"draft_vocab_size": 400, "coverage": 1.0}}, verifier, 3),
-        "eagle1": export_eagle1(fit_eagle1(target), root / "eagle1", _provenance("eagle1")),
+        "draft_lm": export_draft_lm(draft, tokenizer, root / "draft_lm"),
+        "medusa": export_medusa(fit_heads(target, MedusaConfig(num_heads=3, num_layers=1)), root / "medusa"),
+        "eagle3": export_eagle3(fit_eagle(target), root / "eagle3", verifier, 3),
+        "eagle1": export_eagle1(fit_eagle1(target), root / "eagle1"),
+        "ngram": _saved(NgramDrafter(prompt_lookup_min=1, prompt_lookup_max=3), root / "ngram"),
     }
+
+
+def _saved(drafter, path):
+    drafter.save_pretrained(path)
+    return path
 
 
 def _serve(target, tokenizer, micro_world, drafter_dir, prompt_ids, cfg=CFG, served_dir=None):
     """Our engine on drafter_dir, vLLM on served_dir (default: the same directory)."""
-    kind = json.loads((drafter_dir / "drafthub.json").read_text())["kind"]
+    kind = family_of_export(drafter_dir).kind
     proposer, _ = load_proposer(drafter_dir, target, len(tokenizer), cfg, "cpu")
     chain = lambda: load_proposer(drafter_dir, target, len(tokenizer), EvalConfig(), "cpu")[0]  # noqa: E731
     eos = {tokenizer.eos_token_id}
-    served = served_hook(cfg, target, str(micro_world.target_dir), kind, lambda report: nullcontext(served_dir or drafter_dir), chain, eos, len(tokenizer))
+    served = served_hook(
+        cfg,
+        target_model=target,
+        target_path=str(micro_world.target_dir),
+        export_dir=served_dir or drafter_dir,
+        chain_proposer=chain,
+        eos_ids=eos,
+        vocab_size=len(tokenizer),
+    )
     return evaluate(target, proposer, prompt_ids, cfg, eos, len(tokenizer), {"kind": kind}, served=served)
 
 
 @needs_vllm
-@pytest.mark.parametrize("kind", ["draft_lm", "eagle3", "eagle1", "medusa"])
+@pytest.mark.parametrize("kind", ["draft_lm", "eagle3", "eagle1", "medusa", "ngram"])
 def test_vllm_serves_each_export_as_our_engine_runs_it(kind, exports, target, tokenizer, micro_world, prompt_ids):
     report = _serve(target, tokenizer, micro_world, exports[kind], prompt_ids)
     served = report["served"]
-    assert served["method"] == {"draft_lm": "draft_model", "eagle3": "eagle3", "eagle1": "eagle", "medusa": "medusa"}[kind]
+    assert (
+        served["method"]
+        == {"draft_lm": "draft_model", "eagle3": "eagle3", "eagle1": "eagle", "medusa": "medusa", "ngram": "ngram"}[
+            kind
+        ]
+    )
     assert served["equal_prompts"] == len(prompt_ids)  # vLLM's speculative output == the target's greedy output
     assert served["verdict"] == "ok", served["reason"]
     ours = 1 + sum(report["per_position_acceptance"])  # τ as vLLM counts it
-    assert served["ours"]["tau"] == pytest.approx(ours) and 1.0 < served["tau"] and abs(served["tau"] - ours) <= 0.05 * ours
+    assert (
+        served["ours"]["tau"] == pytest.approx(ours)
+        and 1.0 < served["tau"]
+        and abs(served["tau"] - ours) <= 0.05 * ours
+    )
     assert served["files_sha256"] == served_files_hash(exports[kind])
 
 
@@ -99,11 +141,15 @@ def test_served_check_compares_tree_reports_with_our_chain(exports, target, toke
     cfg = EvalConfig(**{**CFG.__dict__, "tree": "dynamic"})
     report = _serve(target, tokenizer, micro_world, exports["eagle3"], prompt_ids, cfg)
     assert report["draft_tokens_per_step"] > 3  # our figures are the tree's …
-    assert report["served"]["ours"]["tau_tokens_per_forward"] != report["tau"] and report["served"]["verdict"] == "ok"  # … the served comparison uses our chain's
+    assert (
+        report["served"]["ours"]["tau_tokens_per_forward"] != report["tau"] and report["served"]["verdict"] == "ok"
+    )  # … the served comparison uses our chain's
 
 
 @needs_vllm
-def test_served_check_catches_an_export_whose_vocabulary_map_is_shifted(tmp_path, exports, target, tokenizer, micro_world, prompt_ids):
+def test_served_check_catches_an_export_whose_vocabulary_map_is_shifted(
+    tmp_path, exports, target, tokenizer, micro_world, prompt_ids
+):
     """d2t rotated by one draft id: the set of covered target tokens (t2d) is unchanged, so the
     linter's checks pass, but every drafted id now names its neighbour — the kind of exporter bug
     only serving shows. Our engine runs the intact drafter; vLLM runs the broken files."""

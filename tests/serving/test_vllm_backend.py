@@ -10,7 +10,13 @@ from distill.run import distill, read_manifest
 from distill.shards import load_distilled
 
 TARGET = TargetConfig(name_or_path="toyworld:micro")
-GREEDY = DataConfig(max_prompts=24, batch_size=8, shard_size=12, max_prompt_tokens=96, sampling=SamplingConfig(temperature=0.0, max_new_tokens=32))
+GREEDY = DataConfig(
+    max_prompts=24,
+    batch_size=8,
+    shard_size=12,
+    max_prompt_tokens=96,
+    sampling=SamplingConfig(temperature=0.0, max_new_tokens=32),
+)
 
 
 @pytest.mark.needs_vllm
@@ -27,9 +33,18 @@ def test_vllm_backend_regenerates_the_same_greedy_dataset_as_transformers(tmp_pa
 @pytest.mark.needs_vllm
 def test_vllm_sampled_distillation_resumes_to_the_same_answers(tmp_path, micro_world):
     """Per-prompt seeds: a run killed after one shard and resumed equals an uninterrupted run."""
-    data = replace(GREEDY, backend="vllm", max_prompts=16, shard_size=8, sampling=SamplingConfig(temperature=0.9, max_new_tokens=16))
+    data = replace(
+        GREEDY,
+        backend="vllm",
+        max_prompts=16,
+        shard_size=8,
+        sampling=SamplingConfig(temperature=0.9, max_new_tokens=16),
+    )
     distill(TARGET, data, tmp_path / "full", "cpu")
-    assert distill(TARGET, data, tmp_path / "resumed", "cpu", stop_after_shards=1) == {"complete": False, "shards_done": 1}
+    assert distill(TARGET, data, tmp_path / "resumed", "cpu", stop_after_shards=1) == {
+        "complete": False,
+        "shards_done": 1,
+    }
     distill(TARGET, data, tmp_path / "resumed", "cpu")
     assert load_distilled(tmp_path / "full").to_list() == load_distilled(tmp_path / "resumed").to_list()
 
@@ -39,6 +54,8 @@ def test_vllm_backend_without_vllm_is_one_clear_error_and_writes_nothing(tmp_pat
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
-    with pytest.raises(DistillError, match=r"data.backend=vllm needs vLLM, which is not installed: pip install 'drafthub\[vllm\]'"):
+    with pytest.raises(
+        DistillError, match=r"data.backend=vllm needs vLLM, which is not installed: pip install 'drafthub\[vllm\]'"
+    ):
         distill(TARGET, replace(GREEDY, backend="vllm"), tmp_path / "d", "cpu")
     assert not (tmp_path / "d").exists() and read_manifest(tmp_path / "d") is None

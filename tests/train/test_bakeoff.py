@@ -11,11 +11,27 @@ from train.pipeline import run_pipeline
 
 
 def _row(recipe, speedup, tau, lossless=True, verdict=None):
-    return {"recipe": recipe, "kind": recipe, "speedup": speedup, "tau": tau, "alpha": 0.5, "lossless": lossless, "parameters": 1e6, "train_seconds": 60.0, "served_tau": tau if verdict else None, "served_verdict": verdict}
+    return {
+        "recipe": recipe,
+        "kind": recipe,
+        "speedup": speedup,
+        "tau": tau,
+        "alpha": 0.5,
+        "lossless": lossless,
+        "parameters": 1e6,
+        "train_seconds": 60.0,
+        "served_tau": tau if verdict else None,
+        "served_verdict": verdict,
+    }
 
 
 def test_recommendation_is_the_fastest_trustworthy_drafter():
-    rows = [_row("a", 1.5, 2.5, lossless=False), _row("b", 1.4, 2.9, verdict="broken"), _row("c", 1.3, 2.6, verdict="ok"), _row("d", 1.3, 2.7, verdict="ok")]
+    rows = [
+        _row("a", 1.5, 2.5, lossless=False),
+        _row("b", 1.4, 2.9, verdict="broken"),
+        _row("c", 1.3, 2.6, verdict="ok"),
+        _row("d", 1.3, 2.7, verdict="ok"),
+    ]
     assert recommend(rows)["recipe"] == "d"  # a is lossy, b failed its served check, d ties c on speed with higher τ
     assert recommend(rows[:2]) is None
     # a speed-up 1% higher is noise on a shared CPU: within the tie band the higher τ wins
@@ -23,13 +39,29 @@ def test_recommendation_is_the_fastest_trustworthy_drafter():
     assert recommend(close)["recipe"] == "draft"
     assert recommend(close, tie=0.0)["recipe"] == "medusa"
     assert recommend(close, tie=0.2)["recipe"] == "eagle"
-    assert "No contender qualifies" in render_markdown({"contenders": rows[:2], "recommended": None, "served_check": True, "settings": {"num_prompts": 1, "max_new_tokens": 1, "num_speculative_tokens": 1, "temperature": 0.0, "tree": None}})
+    assert "No contender qualifies" in render_markdown(
+        {
+            "contenders": rows[:2],
+            "recommended": None,
+            "served_check": True,
+            "settings": {
+                "num_prompts": 1,
+                "max_new_tokens": 1,
+                "num_speculative_tokens": 1,
+                "temperature": 0.0,
+                "tree": None,
+            },
+        }
+    )
 
 
 @pytest.mark.slow
 def test_bakeoff_trains_three_families_on_the_same_data_and_evaluates_them_alike(tmp_path, micro_world):
     register_configs()
-    quoted = lambda *o: "[" + ",".join(f"'{x}'" for x in o) + "]"
+
+    def quoted(*o):
+        return "[" + ",".join(f"'{x}'" for x in o) + "]"
+
     with initialize_config_module(config_module="conf", version_base=None):
         cfg = compose(
             "config",
@@ -42,9 +74,11 @@ def test_bakeoff_trains_three_families_on_the_same_data_and_evaluates_them_alike
                 "eval.num_prompts=3",
                 "eval.max_new_tokens=12",
                 "bakeoff.serve=off",
-                f"+bakeoff.overrides.all={quoted('trainer.max_steps=4', 'trainer.batch_size=4', 'trainer.save_every=4')}",
+                "+bakeoff.overrides.all="
+                + quoted("trainer.max_steps=4", "trainer.batch_size=4", "trainer.save_every=4"),
                 f"+bakeoff.overrides.toy_medusa={quoted('drafter.holdout_samples=4')}",
-                f"+bakeoff.overrides.toy_eagle={quoted('drafter.select_samples=4', 'drafter.layer_ids=[0,1,2]', 'drafter.draft_vocab_size=256')}",
+                "+bakeoff.overrides.toy_eagle="
+                + quoted("drafter.select_samples=4", "drafter.layer_ids=[0,1,2]", "drafter.draft_vocab_size=256"),
             ],
         )
         comparison = run_pipeline(cfg)["bakeoff"]
@@ -55,10 +89,15 @@ def test_bakeoff_trains_three_families_on_the_same_data_and_evaluates_them_alike
         run = root / r["recipe"]
         assert (run / "data").resolve() == (root / "data").resolve()  # one distilled dataset for all
         report = json.loads((run / "eval" / "eval_report.json").read_text())
-        assert report["settings"] == json.loads((root / rows[0]["recipe"] / "eval" / "eval_report.json").read_text())["settings"]
+        assert (
+            report["settings"]
+            == json.loads((root / rows[0]["recipe"] / "eval" / "eval_report.json").read_text())["settings"]
+        )
         assert report["settings"]["num_speculative_tokens"] == 4 and report["settings"]["tree"] is None
         summary = json.loads((run / "checkpoints" / "final" / "train_summary.json").read_text())
-        assert r["lossless"] and r["parameters"] == summary["parameters"] > 0 and r["train_seconds"] == summary["seconds"]
+        assert (
+            r["lossless"] and r["parameters"] == summary["parameters"] > 0 and r["train_seconds"] == summary["seconds"]
+        )
     best = recommend(rows)
     assert best["recipe"] in {r["recipe"] for r in rows} and comparison["recommended"] == best
     saved = json.loads((root / "bakeoff" / "comparison.json").read_text())

@@ -8,7 +8,7 @@ from distill.errors import DistillError
 from distill.feature_store import FeatureStore, bytes_needed, write_features
 from distill.run import distill
 from distill.shards import load_distilled
-from heads.config import EagleConfig
+from heads.config import Eagle1Config, Eagle3Config
 from heads.eagle import Eagle3Drafter
 from heads.vocab import build_draft_vocab, token_counts
 from train.data import BatchOrder
@@ -20,22 +20,34 @@ IDS = [0, 1, 2]
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory, micro_world):
     out = tmp_path_factory.mktemp("data")
-    distill(TargetConfig(name_or_path="toyworld:micro"), DataConfig(max_prompts=12, batch_size=6, shard_size=12, sampling=SamplingConfig(max_new_tokens=16)), out, "cpu")
+    distill(
+        TargetConfig(name_or_path="toyworld:micro"),
+        DataConfig(max_prompts=12, batch_size=6, shard_size=12, sampling=SamplingConfig(max_new_tokens=16)),
+        out,
+        "cpu",
+    )
     return load_distilled(out)
 
 
 def test_offline_features_give_the_online_first_step_loss(tmp_path, dataset, target, tokenizer, capsys):
-    vocab, _ = build_draft_vocab(token_counts(dataset["input_ids"], dataset["loss_mask"], target.config.vocab_size), 200)
+    vocab, _ = build_draft_vocab(
+        token_counts(dataset["input_ids"], dataset["loss_mask"], target.config.vocab_size), 200
+    )
     torch.manual_seed(0)
-    drafter = Eagle3Drafter.from_target(EagleConfig(layer_ids=IDS), target, vocab)
+    drafter = Eagle3Drafter.from_target(Eagle3Config(layer_ids=IDS), target, vocab)
     batch = BatchOrder(dataset, 4, 512, tokenizer.pad_token_id, seed=0).batch(0)
     online, _ = Eagle3TrainingTimeTest(target, IDS, vocab.draft_to_target, steps=3)(drafter, batch)
 
     manifest = write_features(target, dataset, tmp_path / "f", IDS, batch_size=5, shard_size=5)
     H = target.config.hidden_size
-    assert manifest["bytes"] == bytes_needed(sum(map(len, dataset["input_ids"])), 3, H) and manifest["bytes_per_token"] == 4 * H * 2
+    assert (
+        manifest["bytes"] == bytes_needed(sum(map(len, dataset["input_ids"])), 3, H)
+        and manifest["bytes_per_token"] == 4 * H * 2
+    )
     assert "offline features:" in capsys.readouterr().out  # the disk needed is printed before writing
-    offline, _ = Eagle3TrainingTimeTest(target, IDS, vocab.draft_to_target, steps=3, store=FeatureStore(tmp_path / "f"))(drafter, batch)
+    offline, _ = Eagle3TrainingTimeTest(
+        target, IDS, vocab.draft_to_target, steps=3, store=FeatureStore(tmp_path / "f")
+    )(drafter, batch)
     torch.testing.assert_close(offline, online, rtol=2e-2, atol=2e-2)  # bf16 storage is the only difference
 
 
@@ -59,10 +71,12 @@ def test_eagle1_offline_features_give_the_online_first_step_loss(tmp_path, datas
     from train.objectives import Eagle1Distillation
 
     torch.manual_seed(0)
-    drafter = Eagle1Drafter.from_target(EagleConfig(kind="eagle1"), target)
+    drafter = Eagle1Drafter.from_target(Eagle1Config(), target)
     batch = BatchOrder(dataset, 4, 512, tokenizer.pad_token_id, seed=0).batch(0)
     online, _ = Eagle1Distillation(target, len(tokenizer), noise=0.0)(drafter, batch)
     manifest = write_features(target, dataset, tmp_path / "f", [], shard_size=5)
     assert manifest["bytes_per_token"] == target.config.hidden_size * 2  # only the lm_head input
-    offline, _ = Eagle1Distillation(target, len(tokenizer), noise=0.0, store=FeatureStore(tmp_path / "f"))(drafter, batch)
+    offline, _ = Eagle1Distillation(target, len(tokenizer), noise=0.0, store=FeatureStore(tmp_path / "f"))(
+        drafter, batch
+    )
     torch.testing.assert_close(offline, online, rtol=2e-2, atol=2e-2)

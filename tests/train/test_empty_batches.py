@@ -11,7 +11,11 @@ from train.objectives import DraftLMDistillation
 
 def test_no_answer_token_in_the_batch_gives_zero_loss_and_zero_gradient(target, tokenizer):
     torch.manual_seed(0)
-    drafter = DraftLM.from_config(DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1), target.config, tokenizer)
+    drafter = DraftLM.from_config(
+        DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1),
+        target.config,
+        tokenizer,
+    )
     ids = torch.randint(0, len(tokenizer), (2, 12))
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": torch.zeros_like(ids)}
     loss, metrics = DraftLMDistillation(target, "fkl", len(tokenizer))(drafter, batch)

@@ -57,7 +57,12 @@ def test_loss_is_the_decayed_sum_over_heads_of_their_shifted_targets(target, bat
 
 
 def test_heads_with_no_valid_position_still_train_the_others(target, batch):
-    batch = {**batch, "input_ids": batch["input_ids"][:, :4], "attention_mask": batch["attention_mask"][:, :4], "loss_mask": torch.ones(2, 4, dtype=torch.long)}
+    batch = {
+        **batch,
+        "input_ids": batch["input_ids"][:, :4],
+        "attention_mask": batch["attention_mask"][:, :4],
+        "loss_mask": torch.ones(2, 4, dtype=torch.long),
+    }
     heads = MedusaHeads.from_target(MedusaConfig(num_heads=3), target)
     total, metrics = MedusaDistillation(target, 3, "ce", target.config.vocab_size)(heads, batch)
     assert torch.isfinite(total) and metrics["head2_loss"] == 0  # head 2 needs t+4 < 4: no position

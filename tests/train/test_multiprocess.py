@@ -22,8 +22,29 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
 
-TRAIN = ["target=micro", "data.max_prompts=24", "data.sampling.max_new_tokens=24", "trainer.max_steps=8", "trainer.batch_size=8", "trainer.save_every=4", "trainer.warmup_steps=2", "trainer.log_every=1", "trainer.lr=1e-2", "trainer.max_seq_len=160"]
-CPU_DDP = ["--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+TRAIN = [
+    "target=micro",
+    "data.max_prompts=24",
+    "data.sampling.max_new_tokens=24",
+    "trainer.max_steps=8",
+    "trainer.batch_size=8",
+    "trainer.save_every=4",
+    "trainer.warmup_steps=2",
+    "trainer.log_every=1",
+    "trainer.lr=1e-2",
+    "trainer.max_seq_len=160",
+]
+CPU_DDP = [
+    "--multi_gpu",
+    "--num_processes",
+    "2",
+    "--num_machines",
+    "1",
+    "--mixed_precision",
+    "no",
+    "--dynamo_backend",
+    "no",
+]
 
 
 def _env():
@@ -38,8 +59,19 @@ def _assert_succeeded(r):
 
 def _train(run_dir, *launch, stages="[train]"):
     """`python -m train` (launch empty) or `accelerate launch LAUNCH -m train`, training stage only by default."""
-    args = [*TRAIN, f"stages={stages}", f"run_dir={run_dir}", "eval.num_prompts=2", "eval.max_new_tokens=8", "eval.gamma_sweep=[1]"]
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", *launch, "--main_process_port", "0", "-m", "train", *args] if launch else [sys.executable, "-m", "train", *args]
+    args = [
+        *TRAIN,
+        f"stages={stages}",
+        f"run_dir={run_dir}",
+        "eval.num_prompts=2",
+        "eval.max_new_tokens=8",
+        "eval.gamma_sweep=[1]",
+    ]
+    cmd = (
+        [sys.executable, "-m", "accelerate.commands.launch", *launch, "--main_process_port", "0", "-m", "train", *args]
+        if launch
+        else [sys.executable, "-m", "train", *args]
+    )
     r = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
     _assert_succeeded(r)
     return r
@@ -57,7 +89,14 @@ def _weights(run_dir):
 def one_process(tmp_path_factory, micro_world):
     """The reference: distil once, train with 1 process; later runs copy its data."""
     root = tmp_path_factory.mktemp("one")
-    r = subprocess.run([sys.executable, "-m", "train", *TRAIN, "stages=[distill,train]", f"run_dir={root}"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "train", *TRAIN, "stages=[distill,train]", f"run_dir={root}"],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     _assert_succeeded(r)
     return root
 
@@ -110,7 +149,17 @@ def test_two_deepspeed_processes_train_like_one(tmp_path, one_process, stage):
 
 def test_several_processes_need_an_explicit_run_dir(tmp_path):
     env = _env() | {"WORLD_SIZE": "2", "RANK": "0"}
-    r = subprocess.run([sys.executable, "-m", "train", *TRAIN, "stages=[train]"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "train", *TRAIN, "stages=[train]"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines()[-1] == "error: 2 processes were launched without run_dir; set run_dir=PATH so that every process uses the same run directory"
+    assert (
+        r.stderr.strip().splitlines()[-1] == "error: 2 processes were launched without run_dir; "
+        "set run_dir=PATH so that every process uses the same run directory"
+    )
     assert not (tmp_path / "runs").exists()

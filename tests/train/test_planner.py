@@ -9,7 +9,7 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from heads.config import DraftLMConfig, EagleConfig, MedusaConfig
+from heads.config import DraftLMConfig, Eagle3Config, MedusaConfig
 from heads.draft_lm import DraftLM
 from heads.eagle import Eagle3Drafter
 from heads.medusa import MedusaHeads
@@ -36,9 +36,23 @@ def test_planned_bytes_equal_the_real_models(micro_world, target, tokenizer):
     real_target = _param_bytes(target)  # float32, as target.dtype says
     torch.manual_seed(0)
     cases = [
-        (DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1), DraftLM.from_config(DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1), target.config, tokenizer)),
+        (
+            DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1),
+            DraftLM.from_config(
+                DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1),
+                target.config,
+                tokenizer,
+            ),
+        ),
         (MedusaConfig(num_heads=3), MedusaHeads.from_target(MedusaConfig(num_heads=3), target)),
-        (EagleConfig(layer_ids=[0, 1, 2], draft_vocab_size=200), Eagle3Drafter.from_target(EagleConfig(layer_ids=[0, 1, 2], draft_vocab_size=200), target, build_draft_vocab(torch.ones(target.config.vocab_size), 200)[0])),
+        (
+            Eagle3Config(layer_ids=[0, 1, 2], draft_vocab_size=200),
+            Eagle3Drafter.from_target(
+                Eagle3Config(layer_ids=[0, 1, 2], draft_vocab_size=200),
+                target,
+                build_draft_vocab(torch.ones(target.config.vocab_size), 200)[0],
+            ),
+        ),
     ]
     for drafter_cfg, real in cases:
         plan = plan_run(_run_config(micro_world, drafter_cfg, accelerate="single"))
@@ -55,13 +69,28 @@ def test_planned_bytes_equal_the_real_models(micro_world, target, tokenizer):
 def test_zero_and_fsdp_shard_what_they_claim():
     P, T, n = 1000, 600, 8
     assert _state_bytes("ddp", n, True, P, T) == {"drafter_weights": 4 * P, "gradients": 4 * T, "optimizer": 8 * T}
-    assert _state_bytes("zero2", n, True, P, T) == {"drafter_weights": 2 * P, "gradients": 2 * T / n, "optimizer": 12 * T / n}
-    assert _state_bytes("zero3", n, True, P, T) == {"drafter_weights": 2 * P / n, "gradients": 2 * T / n, "optimizer": 12 * T / n}
-    assert _state_bytes("fsdp", n, True, P, T) == {"drafter_weights": 4 * P / n, "gradients": 4 * T / n, "optimizer": 8 * T / n}
+    assert _state_bytes("zero2", n, True, P, T) == {
+        "drafter_weights": 2 * P,
+        "gradients": 2 * T / n,
+        "optimizer": 12 * T / n,
+    }
+    assert _state_bytes("zero3", n, True, P, T) == {
+        "drafter_weights": 2 * P / n,
+        "gradients": 2 * T / n,
+        "optimizer": 12 * T / n,
+    }
+    assert _state_bytes("fsdp", n, True, P, T) == {
+        "drafter_weights": 4 * P / n,
+        "gradients": 4 * T / n,
+        "optimizer": 8 * T / n,
+    }
 
 
 def test_launch_is_read_from_the_accelerate_configs():
-    assert (read_launch(PlanConfig(accelerate="zero3")).strategy, read_launch(PlanConfig(accelerate="zero3")).processes) == ("zero3", 8)
+    assert (
+        read_launch(PlanConfig(accelerate="zero3")).strategy,
+        read_launch(PlanConfig(accelerate="zero3")).processes,
+    ) == ("zero3", 8)
     assert read_launch(PlanConfig(accelerate="ddp", num_processes=2)).processes == 2
     assert read_launch(PlanConfig(accelerate=str(REPO / "conf" / "accelerate" / "fsdp.yaml"))).strategy == "fsdp"
     with pytest.raises(PlanError, match="neither one of"):
@@ -93,11 +122,27 @@ def test_every_real_recipe_is_planned_offline_and_fits(recipe, monkeypatch, tmp_
 
 def test_dry_run_cli_writes_nothing_and_flags_a_misfit(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    ok = subprocess.run([sys.executable, "-m", "train", "recipe=eagle_llama70b", "dry_run=true"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    ok = subprocess.run(
+        [sys.executable, "-m", "train", "recipe=eagle_llama70b", "dry_run=true"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "131.4 GiB" in ok.stdout and "fits" in ok.stdout and "offline features" in ok.stdout
-    small = subprocess.run([sys.executable, "-m", "train", "recipe=eagle_llama70b", "dry_run=true", "plan.gpu_memory_gb=80"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    small = subprocess.run(
+        [sys.executable, "-m", "train", "recipe=eagle_llama70b", "dry_run=true", "plan.gpu_memory_gb=80"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert small.returncode == 3
     assert "DOES NOT FIT" in small.stdout and "frozen target alone exceeds one GPU" in small.stdout
     assert {p.name for p in tmp_path.iterdir()} <= {"hf"}  # no run directory
-    assert not any(p.is_file() for p in (tmp_path / "hf").rglob("*")) if (tmp_path / "hf").exists() else True  # nothing downloaded
+    assert (
+        not any(p.is_file() for p in (tmp_path / "hf").rglob("*")) if (tmp_path / "hf").exists() else True
+    )  # nothing downloaded

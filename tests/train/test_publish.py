@@ -12,6 +12,7 @@ import torch
 
 from heads.config import DraftLMConfig
 from heads.draft_lm import DraftLM
+from heads.families import write_provenance
 from heads.formats.fingerprint import served_files_hash
 from heads.formats.hf_causal import export_draft_lm
 from tests.conftest import REPO
@@ -19,18 +20,47 @@ from train.local_hub import list_drafters, publish_local, read_index
 from train.publish import PublishError, check_publishable, push_to_hub
 
 SECRET = "hf_drafthubTestSecretNeverWritten"
-SERVED = {"engine": "vllm", "vllm_version": "0.32.0", "method": "draft_model", "num_speculative_tokens": 4, "tau": 2.45, "ours": {"tau": 2.5}, "equal_prompts": 4, "num_prompts": 4, "verdict": "ok", "reason": "within tolerance"}
-REPORT = {"tau": 2.5, "alpha": 0.4, "speedup": 1.3, "lossless": True, "lossless_prompts": 4, "settings": {"num_prompts": 4}}
+SERVED = {
+    "engine": "vllm",
+    "vllm_version": "0.32.0",
+    "method": "draft_model",
+    "num_speculative_tokens": 4,
+    "tau": 2.45,
+    "ours": {"tau": 2.5},
+    "equal_prompts": 4,
+    "num_prompts": 4,
+    "verdict": "ok",
+    "reason": "within tolerance",
+}
+REPORT = {
+    "tau": 2.5,
+    "alpha": 0.4,
+    "speedup": 1.3,
+    "lossless": True,
+    "lossless_prompts": 4,
+    "settings": {"num_prompts": 4},
+}
 
 
 def _published(path, target, tokenizer, report=None, model_name="toy-draft", min_tau=1.0):
     """A drafter directory as the publish stage writes it (drafthub.json with its export hash)."""
     torch.manual_seed(0)
-    drafter = DraftLM.from_config(DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1), target.config, tokenizer)
-    prov = {"kind": "draft_lm", "model_name": model_name, "target": {"name_or_path": "toyworld:micro"}, "recipe": {"recipe_name": "t", "publish": {"min_tau": min_tau}},
-            "eval": report or REPORT, "stage_hash": "0123456789abcdef", "created": "2026-11-22T10:00:00Z"}
-    out = export_draft_lm(drafter, tokenizer, path, prov)
-    (out / "drafthub.json").write_text(json.dumps({**prov, "export_sha256": served_files_hash(out)}))
+    drafter = DraftLM.from_config(
+        DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1),
+        target.config,
+        tokenizer,
+    )
+    prov = {
+        "kind": "draft_lm",
+        "model_name": model_name,
+        "target": {"name_or_path": "toyworld:micro"},
+        "recipe": {"recipe_name": "t", "publish": {"min_tau": min_tau}},
+        "eval": report or REPORT,
+        "stage_hash": "0123456789abcdef",
+        "created": "2026-11-22T10:00:00Z",
+    }
+    out = export_draft_lm(drafter, tokenizer, path)
+    write_provenance(out, {**prov, "export_sha256": served_files_hash(out)})
     return out
 
 
@@ -43,16 +73,30 @@ def _refusals(tmp_path, target, tokenizer):
     """(case, drafter directory, expected message) for every way a drafter must be refused."""
     cases = []
     d = _published(tmp_path / "stale", target, tokenizer)
-    (d / "config.json").write_text((d / "config.json").read_text().replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": 1e-05'))
+    (d / "config.json").write_text(
+        (d / "config.json").read_text().replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": 1e-05')
+    )
     cases.append(("stale", d, "stale eval report"))
     d = _published(tmp_path / "no-eval", target, tokenizer)
     prov = json.loads((d / "drafthub.json").read_text())
     (d / "drafthub.json").write_text(json.dumps({**prov, "eval": None}))
     cases.append(("missing report", d, "no eval report"))
-    cases.append(("not lossless", _published(tmp_path / "lossy", target, tokenizer, {**REPORT, "lossless": False, "lossless_prompts": 3}), "not lossless"))
+    cases.append(
+        (
+            "not lossless",
+            _published(tmp_path / "lossy", target, tokenizer, {**REPORT, "lossless": False, "lossless_prompts": 3}),
+            "not lossless",
+        )
+    )
     cases.append(("below min_tau", _published(tmp_path / "weak", target, tokenizer, min_tau=3.0), "below min_tau=3.0"))
     served = {**SERVED, "tau": 1.2, "verdict": "broken", "reason": "served τ 1.2 vs ours 2.5"}
-    cases.append(("served check failed", _published(tmp_path / "served", target, tokenizer, {**REPORT, "served": served}), "the served check failed (served τ 1.2 vs ours 2.5)"))
+    cases.append(
+        (
+            "served check failed",
+            _published(tmp_path / "served", target, tokenizer, {**REPORT, "served": served}),
+            "the served check failed (served τ 1.2 vs ours 2.5)",
+        )
+    )
     d = _published(tmp_path / "format", target, tokenizer)
     (d / "model.safetensors").write_bytes(b"not a safetensors file")
     _rehash(d)  # hashed after the damage: only the format check can catch it
@@ -74,15 +118,30 @@ def test_gate_refuses_every_failing_case_and_the_registry_stays_untouched(tmp_pa
 
 def test_local_hub_round_trips_versions_and_lists_best_first(tmp_path, target, tokenizer):
     a = _published(tmp_path / "a", target, tokenizer)
-    b = _published(tmp_path / "b", target, tokenizer, {**REPORT, "tau": 3.1, "served": {**SERVED, "tau": 3.05}}, model_name="better")
+    b = _published(
+        tmp_path / "b",
+        target,
+        tokenizer,
+        {**REPORT, "tau": 3.1, "served": {**SERVED, "tau": 3.05}},
+        model_name="better",
+    )
     hub = tmp_path / "hub"
     first, second, third = publish_local(a, hub), publish_local(a, hub), publish_local(b, hub)
     assert (first["version"], second["version"], third["version"]) == (1, 2, 1)
     assert served_files_hash(hub / first["path"]) == served_files_hash(a)  # the files as evaluated
     loaded = DraftLM.from_pretrained(hub / second["path"])  # and loadable from the registry
     assert loaded.model.config.hidden_size == 32
-    assert [(d["model_name"], d["version"]) for d in list_drafters(hub, "toyworld:micro")] == [("better", 1), ("toy-draft", 1), ("toy-draft", 2)]
-    assert len(read_index(hub)) == 3 and third["served"] == {"engine": "vllm", "version": "0.32.0", "tau": 3.05, "verdict": "ok"}
+    assert [(d["model_name"], d["version"]) for d in list_drafters(hub, "toyworld:micro")] == [
+        ("better", 1),
+        ("toy-draft", 1),
+        ("toy-draft", 2),
+    ]
+    assert len(read_index(hub)) == 3 and third["served"] == {
+        "engine": "vllm",
+        "version": "0.32.0",
+        "tau": 3.05,
+        "verdict": "ok",
+    }
     page = (hub / "index.html").read_text()
     assert "<h2>toyworld:micro</h2>" in page and page.index("better v1") < page.index("toy-draft v1")
     assert not list(hub.rglob(".v*"))  # no staging debris
@@ -106,22 +165,39 @@ class _RecordingHub:
         self.branches.add(branch)
 
     def upload_folder(self, folder_path, repo_id, revision, commit_message):
-        self.calls.append(("upload_folder", repo_id, revision, sorted(p.name for p in __import__("pathlib").Path(folder_path).iterdir())))
+        self.calls.append(
+            (
+                "upload_folder",
+                repo_id,
+                revision,
+                sorted(p.name for p in __import__("pathlib").Path(folder_path).iterdir()),
+            )
+        )
 
 
-def test_hub_upload_is_private_one_branch_per_run_and_never_overwrites(tmp_path, target, tokenizer, monkeypatch, capsys):
+def test_hub_upload_is_private_one_branch_per_run_and_never_overwrites(
+    tmp_path, target, tokenizer, monkeypatch, capsys
+):
     monkeypatch.setenv("HF_TOKEN", SECRET)
     d = _published(tmp_path / "d", target, tokenizer)
     api = _RecordingHub()
     revision = push_to_hub(d, "me/toy-draft", api=api)
     assert revision == "run-20261122T100000-01234567"
     assert api.calls[0] == ("create_repo", "me/toy-draft", True)  # private by default
-    assert api.calls[1][:3] == ("upload_folder", "me/toy-draft", revision) and "drafthub.json" in api.calls[1][3] and "README.md" in api.calls[1][3]
+    assert (
+        api.calls[1][:3] == ("upload_folder", "me/toy-draft", revision)
+        and "drafthub.json" in api.calls[1][3]
+        and "README.md" in api.calls[1][3]
+    )
     with pytest.raises(PublishError, match="already exists; pass --force"):
         push_to_hub(d, "me/toy-draft", api=api)
     assert push_to_hub(d, "me/toy-draft", force=True, api=api) == revision
     with pytest.raises(PublishError, match="not lossless"):
-        push_to_hub(_published(tmp_path / "lossy", target, tokenizer, {**REPORT, "lossless": False, "lossless_prompts": 1}), "me/x", api=api)
+        push_to_hub(
+            _published(tmp_path / "lossy", target, tokenizer, {**REPORT, "lossless": False, "lossless_prompts": 1}),
+            "me/x",
+            api=api,
+        )
     assert SECRET not in capsys.readouterr().out
     assert all(SECRET.encode() not in f.read_bytes() for f in d.rglob("*") if f.is_file())
     card = (d / "README.md").read_text()
@@ -129,7 +205,12 @@ def test_hub_upload_is_private_one_branch_per_run_and_never_overwrites(tmp_path,
 
 
 def _script(*args):
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "push_to_hub.py"), *map(str, args)], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "push_to_hub.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_script_dry_run_list_and_refusal(tmp_path, target, tokenizer):
@@ -144,5 +225,7 @@ def test_script_dry_run_list_and_refusal(tmp_path, target, tokenizer):
     assert r.returncode == 0 and r.stdout.startswith("toyworld:micro\ttoy-draft v1\tdraft_lm\tτ 2.500")
     shutil.copytree(d, tmp_path / "weak")
     r = _script(tmp_path / "weak", "--hub-dir", hub, "--min-tau", "4")
-    assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"error: refusing to publish {tmp_path / 'weak'}: τ=2.500 is below min_tau=4.0; train longer or lower the bar"]
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"error: refusing to publish {tmp_path / 'weak'}: τ=2.500 is below min_tau=4.0; train longer or lower the bar"
+    ]
     assert len(read_index(hub)) == 1

@@ -16,15 +16,35 @@ def _drafter(target, tokenizer, kind="draft_lm"):
     torch.manual_seed(0)
     if kind == "medusa":
         return MedusaHeads.from_target(MedusaConfig(num_heads=2), target)
-    return DraftLM.from_config(DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1), target.config, tokenizer)
+    return DraftLM.from_config(
+        DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1),
+        target.config,
+        tokenizer,
+    )
 
 
-def _train(tmp, dataset, target, tokenizer, stop_after=None, resume=True, kind="draft_lm"):
-    cfg = TrainerConfig(max_steps=6, batch_size=4, grad_accum=2, save_every=3, warmup_steps=2, lr=1e-2, resume=resume, log_every=1)
+def _train(tmp, dataset, target, tokenizer, *, stop_after=None, resume=True, kind="draft_lm"):
+    cfg = TrainerConfig(
+        max_steps=6, batch_size=4, grad_accum=2, save_every=3, warmup_steps=2, lr=1e-2, resume=resume, log_every=1
+    )
     drafter = _drafter(target, tokenizer, kind)
-    objective = MedusaDistillation(target, 2, "ce", len(tokenizer)) if kind == "medusa" else DraftLMDistillation(target, "fkl", len(tokenizer))
+    objective = (
+        MedusaDistillation(target, 2, "ce", len(tokenizer))
+        if kind == "medusa"
+        else DraftLMDistillation(target, "fkl", len(tokenizer))
+    )
     acc = build_accelerator(cfg, tmp)
-    train_loop(acc, cfg, drafter, objective, dataset, tokenizer.pad_token_id, tmp / "ckpt", {"max_steps": 6}, stop_after=stop_after)
+    train_loop(
+        acc,
+        cfg,
+        drafter,
+        objective,
+        dataset,
+        pad_token_id=tokenizer.pad_token_id,
+        ckpt_dir=tmp / "ckpt",
+        config_dict={"max_steps": 6},
+        stop_after=stop_after,
+    )
     return acc.unwrap_model(drafter).state_dict()
 
 
@@ -35,7 +55,8 @@ def test_resumed_training_ends_with_the_same_weights(tmp_path, micro_world, targ
     dataset = load_distilled(tmp_path / "data")
 
     straight = _train(tmp_path / "a", dataset, target, tokenizer, kind=kind)
-    _train(tmp_path / "b", dataset, target, tokenizer, stop_after=4, kind=kind)  # killed after step 4; last checkpoint: step 3
+    # killed after step 4; last checkpoint: step 3
+    _train(tmp_path / "b", dataset, target, tokenizer, stop_after=4, kind=kind)
     resumed = _train(tmp_path / "b", dataset, target, tokenizer, kind=kind)
     assert straight.keys() == resumed.keys()
     for k in straight:

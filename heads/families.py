@@ -1,0 +1,308 @@
+"""The family table: every drafter family, declared once for the heads layer.
+
+A row says what the family is (schema, target signals, trainable or not), how its serving
+directory is written from a native checkpoint or its settings, read back, and checked, how a
+serving engine is configured for it, and what its model card says. train/setups.py and
+eval/proposers.py hold the other layers' tables; tests/test_families.py walks every family
+through all three, so a forgotten entry fails in CI, not in a user's run.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from heads import card
+from heads.config import DraftLMConfig, Eagle1Config, Eagle3Config, MedusaConfig, NgramConfig
+from heads.draft_lm import DraftLM
+from heads.eagle import Eagle3Drafter
+from heads.eagle1 import Eagle1Drafter
+from heads.errors import HeadsError
+from heads.formats.eagle_export import write_eagle3
+from heads.formats.fingerprint import PROVENANCE_FILES
+from heads.formats.speculators import load_speculators
+from heads.medusa import MedusaHeads, check_medusa_settings
+from heads.ngram import NgramDrafter
+
+SIGNALS = ("tokens", "final_normed", "layer_ids")  # none beyond the tokens; the lm_head input; layer_ids states
+CONFIG = "config.json"
+
+
+@dataclass(frozen=True)
+class ExportJob:
+    """What a writer needs to turn a native checkpoint (or a training-free family's settings) into
+    the directory consumers load."""
+
+    checkpoint: Optional[Path]  # native checkpoint directory; None for a training-free family
+    settings: Any  # the drafter's config (its family's schema)
+    tokenizer: Any  # the target's tokenizer (draft LMs ship it)
+    verifier: dict  # {"name_or_path", "architectures"} of the target (formats that name it)
+    num_speculative_tokens: int  # γ, where a format carries a default one (speculators)
+
+
+@dataclass(frozen=True)
+class Family:
+    kind: str
+    schema: type  # the drafter group's structured config
+    signals: str  # one of SIGNALS
+    trainable: bool  # False: no train stage; eval, serve and publish work from the settings alone
+    recognizes: Callable[[dict], bool]  # an export's config.json → is it this family's?
+    write: Callable[[ExportJob, Path], None]  # fills an (empty, staged) export directory
+    load: Callable[[Path, Any], Any]  # (export directory, target model) → drafter; HeadsError if unusable
+    lint: Callable[[Path], Any]  # format checks of an export directory without a target (HeadsError); result unused
+    vllm_method: Optional[str]  # vLLM's speculative method; None = vLLM does not serve this family
+    vllm_config: Callable[[Path], dict]  # speculative_config keys besides method and γ
+    library: str  # the model card's library_name
+    usage: Callable[[str, int, dict], str]  # (target, γ, provenance) → the card's "Use it" section
+    details: Callable[[dict], str]  # provenance → family-specific card section ("" = none)
+    describe: Callable[[Path, dict], dict]  # (export directory, train summary) → provenance entries
+    check: Callable[[Any], Any]  # drafter settings → HeadsError naming the first bad one; result unused
+
+    def speculative_config(self, export_dir: Path, num_speculative_tokens: int) -> Optional[dict]:
+        """vLLM's speculative_config for serving `export_dir`; None when vLLM does not serve the family."""
+        if self.vllm_method is None:
+            return None
+        return {
+            "method": self.vllm_method,
+            **self.vllm_config(Path(export_dir)),
+            "num_speculative_tokens": num_speculative_tokens,
+        }
+
+
+def _read_config(path: Path) -> dict:
+    file = Path(path) / CONFIG
+    return json.loads(file.read_text()) if file.is_file() else {}
+
+
+def _copy(*patterns: str) -> Callable[[ExportJob, Path], None]:
+    """A writer for families whose native checkpoint already is the serving format: copy those files."""
+
+    def write(job: ExportJob, out: Path) -> None:
+        files = sorted({p for pattern in patterns for p in Path(job.checkpoint).glob(pattern)})
+        if not files:
+            raise HeadsError(f"{job.checkpoint} holds none of {list(patterns)}; re-run the train stage")
+        for file in files:
+            shutil.copy2(file, out / file.name)
+
+    return write
+
+
+def _write_draft_lm(job: ExportJob, out: Path) -> None:
+    _copy(CONFIG, "generation_config.json", "*.safetensors", "model.safetensors.index.json")(job, out)
+    job.tokenizer.save_pretrained(out)  # transformers' assistant_model and vLLM's draft_model read it
+
+
+def _write_eagle3(job: ExportJob, out: Path) -> None:
+    write_eagle3(Eagle3Drafter.from_pretrained(job.checkpoint), out, job.verifier, job.num_speculative_tokens)
+
+
+def _write_ngram(job: ExportJob, out: Path) -> None:
+    NgramDrafter.from_config(job.settings).save_pretrained(out)
+
+
+def _model_dir(export_dir: Path) -> dict:
+    return {"model": str(export_dir)}
+
+
+def _no_details(provenance: dict) -> str:
+    return ""
+
+
+def _nothing(export_dir: Path, summary: dict) -> dict:
+    return {}
+
+
+def _no_checks(settings) -> None:
+    return None
+
+
+def _is_causal_lm(config: dict) -> bool:
+    """A plain HF causal LM (ours or anyone's), not one of the formats that reuse its architecture name."""
+    architectures = config.get("architectures") or []
+    return "drafthub_kind" not in config and any(str(a).endswith("ForCausalLM") for a in architectures)
+
+
+def _describe_medusa(export_dir: Path, summary: dict) -> dict:
+    return {"medusa": summary.get("medusa"), "drafter_config": _read_config(export_dir)}
+
+
+def _describe_eagle3(export_dir: Path, summary: dict) -> dict:
+    config = _read_config(export_dir)
+    methods = config["speculators_config"]["proposal_methods"]
+    return {
+        "draft_vocab": summary.get("draft_vocab"),
+        "drafter_config": {
+            "layer_ids": config["eagle_aux_hidden_state_layer_ids"],
+            "draft_vocab_size": config["draft_vocab_size"],
+            "num_speculative_tokens": methods[0]["speculative_tokens"],
+        },
+    }
+
+
+def _describe_ngram(export_dir: Path, summary: dict) -> dict:
+    return {"drafter_config": _read_config(export_dir)}
+
+
+def _check_eagle(settings) -> None:
+    if settings.features not in ("online", "offline"):
+        raise HeadsError(
+            f"drafter.features={settings.features!r}; use online (the target runs in each step) "
+            "or offline (features written to disk once)"
+        )
+
+
+def _check_eagle3(settings) -> None:
+    _check_eagle(settings)
+    if settings.ttt_steps < 1 or settings.draft_vocab_size < 2:
+        raise HeadsError(
+            f"drafter.ttt_steps={settings.ttt_steps} must be ≥ 1 and "
+            f"drafter.draft_vocab_size={settings.draft_vocab_size} ≥ 2"
+        )
+
+
+FAMILIES: dict[str, Family] = {
+    family.kind: family
+    for family in (
+        Family(
+            kind="draft_lm",
+            schema=DraftLMConfig,
+            signals="tokens",
+            trainable=True,
+            recognizes=_is_causal_lm,
+            write=_write_draft_lm,
+            load=lambda path, target: DraftLM.from_pretrained(path),
+            lint=DraftLM.from_pretrained,
+            vllm_method="draft_model",
+            vllm_config=_model_dir,
+            library="transformers",
+            usage=card.draft_lm_usage,
+            details=_no_details,
+            describe=_nothing,
+            check=_no_checks,
+        ),
+        Family(
+            kind="medusa",
+            schema=MedusaConfig,
+            signals="final_normed",
+            trainable=True,
+            recognizes=lambda config: config.get("model_type") == "medusa",
+            write=_copy(CONFIG, "model.safetensors", "medusa_tree.json"),
+            load=lambda path, target: MedusaHeads.from_pretrained(path),
+            lint=MedusaHeads.from_pretrained,
+            vllm_method="medusa",
+            vllm_config=_model_dir,
+            library="vllm",
+            usage=card.medusa_usage,
+            details=card.medusa_details,
+            describe=_describe_medusa,
+            check=check_medusa_settings,
+        ),
+        Family(
+            kind="eagle3",
+            schema=Eagle3Config,
+            signals="layer_ids",
+            trainable=True,
+            recognizes=lambda config: config.get("speculators_model_type") == "eagle3",
+            write=_write_eagle3,
+            load=lambda path, target: load_speculators(path),
+            lint=load_speculators,
+            vllm_method="eagle3",
+            vllm_config=_model_dir,
+            library="vllm",
+            usage=card.eagle3_usage,
+            details=card.eagle3_details,
+            describe=_describe_eagle3,
+            check=_check_eagle3,
+        ),
+        Family(
+            kind="eagle1",
+            schema=Eagle1Config,
+            signals="final_normed",
+            trainable=True,
+            recognizes=lambda config: config.get("drafthub_kind") == "eagle1",
+            write=_copy(CONFIG, "model.safetensors"),
+            load=lambda path, target: Eagle1Drafter.from_pretrained(path, target.get_output_embeddings().weight),
+            lint=Eagle1Drafter.check_export,
+            vllm_method="eagle",
+            vllm_config=_model_dir,
+            library="vllm",
+            usage=card.eagle1_usage,
+            details=_no_details,
+            describe=_nothing,
+            check=_check_eagle,
+        ),
+        Family(
+            kind="ngram",
+            schema=NgramConfig,
+            signals="tokens",
+            trainable=False,
+            recognizes=lambda config: config.get("drafthub_kind") == "ngram",
+            write=_write_ngram,
+            load=lambda path, target: NgramDrafter.from_pretrained(path),
+            lint=NgramDrafter.from_pretrained,
+            vllm_method="ngram",
+            vllm_config=lambda export_dir: NgramDrafter.from_pretrained(export_dir).speculative_config(),
+            library="vllm",
+            usage=card.ngram_usage,
+            details=_no_details,
+            describe=_describe_ngram,
+            check=NgramDrafter.from_config,
+        ),
+    )
+}
+
+
+def get_family(kind: str) -> Family:
+    """The family table's row for `kind`; one clear error naming the known kinds otherwise."""
+    try:
+        return FAMILIES[kind]
+    except KeyError:
+        raise HeadsError(
+            f"drafter.kind={kind!r} has no entry in the family table (heads/families.py FAMILIES); "
+            f"known kinds: {sorted(FAMILIES)}"
+        ) from None
+
+
+def family_of_export(path: str | Path) -> Family:
+    """The family whose export `path` is, from its config.json (exactly one family must recognise it)."""
+    config_file = Path(path) / CONFIG
+    if not config_file.is_file():
+        raise HeadsError(f"{path} is not an exported drafter (no {CONFIG}); pass the drafter/ directory a run wrote")
+    config = json.loads(config_file.read_text())
+    matches = [family for family in FAMILIES.values() if family.recognizes(config)]
+    if len(matches) != 1:
+        found = "no family" if not matches else f"several families ({[f.kind for f in matches]})"
+        raise HeadsError(f"{config_file} is recognised by {found}; known kinds: {sorted(FAMILIES)}")
+    return matches[0]
+
+
+def model_card(provenance: dict) -> str:
+    """README.md for an export: the generic card with the family's usage and details sections."""
+    family = get_family(provenance["kind"])
+    ev = provenance.get("eval") or {}
+    gamma = ev.get("recommended_num_speculative_tokens") or ev.get("settings", {}).get("num_speculative_tokens", 4)
+    target = provenance["target"]["name_or_path"]
+    return card.render_model_card(
+        provenance,
+        library=family.library,
+        usage=family.usage(target, gamma, provenance),
+        details=family.details(provenance),
+    )
+
+
+def write_provenance(export_dir: str | Path, provenance: dict) -> None:
+    """Add drafthub.json and the model card to an export directory (each file replaced atomically).
+
+    Neither file is read by a serving engine (heads.formats.fingerprint leaves them out of the
+    served-files hash), so adding them keeps the directory the served check ran byte for byte."""
+    root = Path(export_dir)
+    for name, text in (
+        (PROVENANCE_FILES[0], json.dumps(provenance, indent=2)),
+        (PROVENANCE_FILES[1], model_card(provenance)),
+    ):
+        tmp = root / f".{name}.tmp"
+        tmp.write_text(text)
+        tmp.replace(root / name)

@@ -1,0 +1,69 @@
+"""Prompt lookup (n-gram) drafting: a training-free family, a settings object instead of weights.
+
+The drafter proposes the tokens that followed the earliest occurrence of the context's last n
+tokens (n from prompt_lookup_max down to prompt_lookup_min, the longest match wins), as vLLM's
+`ngram` speculative method does. Its export is a config.json of those settings: vLLM needs no
+model directory for it, and drafthub's engine reads the same file back (eval/ngram_proposer.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from heads.errors import HeadsError
+
+CONFIG = "config.json"
+
+
+@dataclass(frozen=True)
+class NgramDrafter:
+    kind = "ngram"
+    prompt_lookup_min: int
+    prompt_lookup_max: int
+
+    def __post_init__(self):
+        if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
+            raise HeadsError(
+                f"prompt lookup needs 1 ≤ prompt_lookup_min ≤ prompt_lookup_max, got {self.prompt_lookup_min} and "
+                f"{self.prompt_lookup_max}; set drafter.prompt_lookup_min/max accordingly"
+            )
+
+    @classmethod
+    def from_config(cls, cfg) -> "NgramDrafter":
+        return cls(prompt_lookup_min=cfg.prompt_lookup_min, prompt_lookup_max=cfg.prompt_lookup_max)
+
+    def config_dict(self) -> dict:
+        return {
+            "drafthub_kind": self.kind,  # what drafthub's loader reads; vLLM takes the method from speculative_config
+            "method": "ngram",
+            "prompt_lookup_min": self.prompt_lookup_min,
+            "prompt_lookup_max": self.prompt_lookup_max,
+        }
+
+    def save_pretrained(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / CONFIG).write_text(json.dumps(self.config_dict(), indent=2))
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> "NgramDrafter":
+        file = Path(path) / CONFIG
+        config = json.loads(file.read_text()) if file.exists() else {}
+        if config.get("drafthub_kind") != cls.kind:
+            raise HeadsError(f"{path} is not an n-gram drafter (its {CONFIG} must say drafthub_kind: ngram)")
+        try:
+            return cls(prompt_lookup_min=config["prompt_lookup_min"], prompt_lookup_max=config["prompt_lookup_max"])
+        except KeyError as e:
+            raise HeadsError(
+                f"{file} lacks {e}; an n-gram drafter names prompt_lookup_min and prompt_lookup_max"
+            ) from None
+
+    def speculative_config(self) -> dict:
+        """vLLM's speculative_config keys for this drafter (num_speculative_tokens is the caller's)."""
+        return {
+            "method": "ngram",
+            "prompt_lookup_min": self.prompt_lookup_min,
+            "prompt_lookup_max": self.prompt_lookup_max,
+        }

@@ -1,0 +1,141 @@
+"""A drafter family is a unit: declared once per layer, in that layer's table, and nowhere else.
+
+These tests walk every registered family through every table, so a family that forgets an entry
+fails here, in CI, and not in a user's run; and they check that an unknown kind or a missing
+entry stops a run at start-up with one line naming the table and the known kinds.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+
+from eval.proposers import PROPOSERS
+from heads.config import DraftLMConfig, Eagle1Config, Eagle3Config, MedusaConfig, NgramConfig
+from heads.draft_lm import DraftLM
+from heads.eagle import Eagle3Drafter
+from heads.eagle1 import Eagle1Drafter
+from heads.errors import HeadsError
+from heads.families import FAMILIES, SIGNALS, ExportJob, family_of_export, get_family, model_card
+from heads.formats.staging import staged_directory
+from heads.medusa import MedusaHeads
+from heads.vocab import build_draft_vocab
+from tests.conftest import REPO
+from train.config import register_configs
+from train.pipeline import check_run
+from train.setups import SETUPS
+
+register_configs()
+
+
+def _compose(*overrides):
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="conf", version_base=None):
+        cfg = compose("config", overrides=list(overrides))
+    GlobalHydra.instance().clear()
+    return cfg
+
+
+def _toy_recipe_kinds() -> set[str]:
+    return {_compose(f"recipe={p.stem}").drafter.kind for p in (REPO / "recipes").glob("toy*.yaml")}
+
+
+@pytest.mark.parametrize("kind", sorted(FAMILIES))
+def test_every_family_has_every_table_entry_it_needs(kind):
+    family = FAMILIES[kind]
+    assert family.kind == kind and family.signals in SIGNALS
+    assert dataclasses.is_dataclass(family.schema) and family.schema().kind == kind  # the schema names its family
+    assert (REPO / "conf" / "drafter" / f"{kind}.yaml").is_file(), f"conf/drafter/{kind}.yaml selects {kind}_schema"
+    assert _compose(f"drafter={kind}").drafter.kind == kind
+    assert kind in PROPOSERS, "eval/proposers.py PROPOSERS"
+    # Trainable ⇔ a training setup: a training-free family must not carry a dead row either.
+    assert (kind in SETUPS) == family.trainable, "train/setups.py SETUPS"
+    assert family.vllm_method is None or isinstance(family.vllm_method, str)
+    assert kind in _toy_recipe_kinds(), "a toy recipe (recipes/toy*.yaml) that runs the family here"
+
+
+def test_an_unknown_kind_is_one_line_naming_the_table_and_the_known_kinds():
+    with pytest.raises(
+        HeadsError, match=r"drafter.kind='nope' has no entry in the family table .*known kinds: \['draft_lm'"
+    ):
+        get_family("nope")
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [(PROPOSERS, r"no entry in the proposer table \(eval/proposers.py PROPOSERS\)"), (SETUPS, r"training-setup table")],
+)
+def test_a_forgotten_entry_stops_the_run_before_any_work(table, message, monkeypatch):
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_object(_compose("target=micro"))
+    check_run(cfg)  # the default recipe is complete
+    monkeypatch.delitem(table, "draft_lm")
+    with pytest.raises(Exception, match=message):
+        check_run(cfg)
+
+
+def _native(kind, target, tokenizer, path):
+    """A fresh native checkpoint (or settings) of each family, for the micro target."""
+    torch.manual_seed(0)
+    if kind == "draft_lm":
+        cfg = DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1)
+        DraftLM.from_config(cfg, target.config, tokenizer).save_pretrained(path)
+    elif kind == "medusa":
+        MedusaHeads.from_target(MedusaConfig(num_heads=2), target).save_pretrained(path)
+    elif kind == "eagle3":
+        vocab, _ = build_draft_vocab(torch.ones(target.config.vocab_size), 64)
+        Eagle3Drafter.from_target(Eagle3Config(layer_ids=[0, 1, 2]), target, vocab).save_pretrained(path)
+    elif kind == "eagle1":
+        Eagle1Drafter.from_target(Eagle1Config(), target).save_pretrained(path)
+    else:
+        return None
+    return path
+
+
+SETTINGS = {
+    "draft_lm": DraftLMConfig(),
+    "medusa": MedusaConfig(),
+    "eagle3": Eagle3Config(),
+    "eagle1": Eagle1Config(),
+    "ngram": NgramConfig(),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FAMILIES))
+def test_each_export_is_recognised_as_its_own_family_loads_and_lints(kind, tmp_path, target, tokenizer):
+    family = FAMILIES[kind]
+    job = ExportJob(
+        checkpoint=_native(kind, target, tokenizer, tmp_path / "native"),
+        settings=SETTINGS[kind],
+        tokenizer=tokenizer,
+        verifier={"name_or_path": "toyworld:micro", "architectures": ["LlamaForCausalLM"]},
+        num_speculative_tokens=3,
+    )
+    assert (job.checkpoint is None) == (not family.trainable)
+    with staged_directory(tmp_path / "drafter") as tmp:
+        family.write(job, tmp)
+    out = tmp_path / "drafter"
+    assert family_of_export(out) is family  # exactly one family recognises it
+    family.lint(out)
+    assert family.load(out, target) is not None
+    config = family.speculative_config(out, 3)
+    assert config["method"] == family.vllm_method and config["num_speculative_tokens"] == 3
+    provenance = {
+        "kind": kind,
+        "model_name": "t",
+        "target": {"name_or_path": "toyworld:micro"},
+        "recipe": {"recipe_name": "t"},
+        "eval": {"tau": 2.0, "settings": {"num_speculative_tokens": 3}},
+        **family.describe(out, {}),
+    }
+    card = model_card(provenance)
+    assert card.startswith(f"---\nlibrary_name: {family.library}") and "## Use it" in card
+
+
+def test_a_directory_no_family_recognises_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "something-else"}')
+    with pytest.raises(HeadsError, match=r"recognised by no family; known kinds"):
+        family_of_export(tmp_path)

@@ -1,0 +1,92 @@
+"""The eval stage: export the drafter once into drafter/, measure that directory with our engine,
+serve the same directory with vLLM when asked (eval.serve=vllm), and record the export's hash."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from distill.prompts import load_conversations
+from distill.target import eos_token_ids, load_target, load_tokenizer, resolve_target, toyworld_prompts
+from eval.prompts import prompt_ids
+from eval.proposers import load_proposer
+from eval.run import evaluate
+from eval.served import served_hook
+from heads.families import ExportJob, Family, get_family
+from heads.formats.fingerprint import served_files_hash
+from heads.formats.staging import staged_directory
+from train.errors import PipelineError
+from train.run_dir import read_json
+from train.stage import Run
+from train.train_stage import SUMMARY
+
+REPORT = "eval_report.json"
+
+
+def export_drafter(run: Run, family: Family, tokenizer, target) -> str:
+    """Write drafter/ with the family's writer (whole or not at all); return its served-files hash."""
+    cfg, paths = run.cfg, run.paths
+    job = ExportJob(
+        checkpoint=paths.final if family.trainable else None,
+        settings=cfg.drafter,
+        tokenizer=tokenizer,
+        verifier={"name_or_path": cfg.target.name_or_path, "architectures": list(target.config.architectures or [])},
+        num_speculative_tokens=cfg.eval.num_speculative_tokens,
+    )
+    with staged_directory(paths.drafter) as tmp:
+        family.write(job, tmp)
+    return served_files_hash(paths.drafter)
+
+
+def eval_prompt_ids(run: Run, tokenizer, max_len: int) -> list[list[int]]:
+    """Held-out prompts (eval_prompts, else data.prompts, split eval_split) through the target's chat template."""
+    cfg = run.cfg
+    source = cfg.eval_prompts or cfg.data.prompts
+    conversations = load_conversations(
+        source, cfg.eval_split, toyworld_prompts(cfg.target.name_or_path, cfg.eval_split)
+    )
+    return prompt_ids(conversations, tokenizer, limit=cfg.eval.num_prompts + cfg.eval.warmup_prompts, max_len=max_len)
+
+
+def eval_stage(run: Run) -> dict:
+    cfg, paths = run.cfg, run.paths
+    done = read_json(paths.eval / REPORT)
+    if done and done.get("stage_hash") == run.stage_hash and done.get("export_sha256") == _hash_or_none(paths.drafter):
+        return done
+    family = get_family(cfg.drafter.kind)
+    if family.trainable and not (paths.final / SUMMARY).exists():
+        raise PipelineError(f"no trained drafter in {paths.final}; run the train stage first")
+    tokenizer = load_tokenizer(cfg.target)
+    target = load_target(cfg.target, run.device)
+    export_sha256 = export_drafter(run, family, tokenizer, target)
+    proposer, kind = load_proposer(paths.drafter, target, len(tokenizer), cfg.eval, run.device)
+    lookahead = proposer.tree_depth or max([cfg.eval.num_speculative_tokens, *cfg.eval.gamma_sweep])
+    prompts = eval_prompt_ids(
+        run, tokenizer, target.config.max_position_embeddings - cfg.eval.max_new_tokens - lookahead - 1
+    )
+    eos = eos_token_ids(target, tokenizer)
+    names = {
+        "target": cfg.target.name_or_path,
+        "drafter": str(paths.drafter),
+        "kind": kind,
+        "stage_hash": run.stage_hash,
+        "export_sha256": export_sha256,
+        "checkpoint_sha256": served_files_hash(paths.final) if family.trainable else None,
+    }
+    served = None
+    if cfg.eval.serve:
+        chain_cfg = replace(cfg.eval, tree=None)
+        served = served_hook(
+            cfg.eval,
+            target_model=target,
+            target_path=resolve_target(cfg.target.name_or_path),
+            export_dir=paths.drafter,
+            chain_proposer=lambda: load_proposer(paths.drafter, target, len(tokenizer), chain_cfg, run.device)[0],
+            eos_ids=eos,
+            vocab_size=len(tokenizer),
+            trust_remote_code=cfg.target.trust_remote_code,
+        )
+    return evaluate(target, proposer, prompts, cfg.eval, eos, len(tokenizer), names, out_dir=paths.eval, served=served)
+
+
+def _hash_or_none(directory) -> str | None:
+    return served_files_hash(directory) if directory.exists() else None

@@ -1,0 +1,63 @@
+"""The publish stage: provenance and the model card are added to the drafter/ directory the eval
+stage exported and measured (never re-exported), the gate runs once, and the directory is copied
+into a local registry and/or uploaded to the Hub."""
+
+from __future__ import annotations
+
+import time
+
+from distill.chat import tokenizer_hash
+from distill.target import load_tokenizer, resolve_target
+from heads.families import get_family, write_provenance
+from heads.formats.fingerprint import served_files_hash
+from train.eval_stage import REPORT
+from train.local_hub import publish_local
+from train.publish import PublishError, check_report, gate, push_to_hub
+from train.run_dir import read_json
+from train.stage import Run
+from train.train_stage import SUMMARY
+
+
+def provenance(run: Run, report: dict) -> dict:
+    """drafthub.json: where the drafter comes from and what it measured."""
+    cfg, paths = run.cfg, run.paths
+    family = get_family(cfg.drafter.kind)
+    manifest = read_json(paths.data / "manifest.json") or {}
+    summary = (read_json(paths.final / SUMMARY) or {}) if family.trainable else {}
+    target = {"name_or_path": cfg.target.name_or_path, "revision": cfg.target.revision}
+    return {
+        "stage_hash": run.stage_hash,
+        "kind": family.kind,
+        "model_name": cfg.publish.model_name or f"{cfg.recipe_name}-{family.kind}",
+        "target": target | {"resolved": resolve_target(cfg.target.name_or_path)},
+        "tokenizer_hash": tokenizer_hash(load_tokenizer(cfg.target)),
+        "data_manifest_hash": manifest.get("config_hash"),
+        "recipe": run.cfg_dict,
+        "eval": {k: v for k, v in report.items() if k != "stage_hash"},
+        "export_sha256": report["export_sha256"],  # what push_to_hub checks the files against
+        **family.describe(paths.drafter, summary),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def publish_stage(run: Run) -> dict:
+    cfg, paths = run.cfg, run.paths
+    done = read_json(paths.drafter / "drafthub.json")
+    if done and done.get("stage_hash") == run.stage_hash:
+        return done
+    report = read_json(paths.eval / REPORT)
+    check_report(report, cfg.publish.min_tau, str(paths.drafter))
+    if get_family(cfg.drafter.kind).trainable and report.get("checkpoint_sha256") != served_files_hash(paths.final):
+        raise PublishError(
+            f"refusing to publish: {paths.final} changed after it was evaluated (stale eval report); "
+            "re-run stages=[eval,publish]"
+        )
+    prov = gate(provenance(run, report), paths.drafter, cfg.publish.min_tau)  # stale export, report, format checks
+    write_provenance(paths.drafter, prov)
+    if cfg.publish.hub_dir:
+        entry = publish_local(paths.drafter, cfg.publish.hub_dir, gated=prov)
+        print(f"[publish] {cfg.publish.hub_dir}/{entry['path']}")
+    if cfg.publish.repo_id:
+        revision = push_to_hub(paths.drafter, cfg.publish.repo_id, private=cfg.publish.private, gated=prov)
+        print(f"[publish] https://huggingface.co/{cfg.publish.repo_id}/tree/{revision}")
+    return prov

@@ -1,0 +1,19 @@
+"""What every stage of `python -m train` receives: the run's settings, paths, device and hashes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from train.config import RunConfig
+from train.run_dir import RunPaths
+
+
+@dataclass(frozen=True)
+class Run:
+    cfg: RunConfig
+    cfg_dict: dict  # the resolved config as saved in .hydra/config.yaml
+    paths: RunPaths
+    device: torch.device
+    stage_hash: str  # of everything that determines this stage's output (train/pipeline.py chains them)

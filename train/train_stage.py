@@ -1,0 +1,72 @@
+"""The train stage: the family's training setup (train/setups.py) on the shared accelerate loop,
+ending in the family's native checkpoint at checkpoints/final (no serving settings in it)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+
+from distill.shards import atomic_write_text, load_distilled
+from distill.target import load_target, load_tokenizer
+from train.errors import PipelineError
+from train.loop import assign_state, build_accelerator, full_state_dict, launched_processes, train_loop
+from train.run_dir import read_json
+from train.setups import TrainContext, training_setup
+from train.stage import Run
+
+SUMMARY = "train_summary.json"
+
+
+def train_stage(run: Run) -> dict:
+    """Train (or resume) the drafter; return the summary saved next to the final checkpoint."""
+    cfg, paths = run.cfg, run.paths
+    done = read_json(paths.final / SUMMARY)
+    if done and done["stage_hash"] == run.stage_hash:
+        return done
+    processes = launched_processes()
+    if cfg.trainer.batch_size % processes:
+        raise PipelineError(
+            f"trainer.batch_size={cfg.trainer.batch_size} is the global batch and must split evenly over {processes} "
+            f"processes; make it a multiple of {processes}"
+        )
+    setup = training_setup(cfg.drafter.kind)
+    # First, so that under `accelerate launch` every process waits here until the main one has distilled.
+    accelerator = build_accelerator(cfg.trainer, paths.root)
+    device = accelerator.device if accelerator.num_processes > 1 else run.device  # each process's own GPU (or the CPU)
+    tokenizer = load_tokenizer(cfg.target)
+    target = load_target(cfg.target, device)
+    ctx = TrainContext(cfg, target, tokenizer, load_distilled(paths.data), paths, device)
+    torch.manual_seed(cfg.trainer.seed)  # the fresh drafter's initial weights
+    prepared = setup.prepare(ctx)
+    parameters = sum(p.numel() for p in prepared.drafter.parameters())  # before ZeRO-3 partitions them
+    t0 = time.perf_counter()
+    metrics = train_loop(
+        accelerator,
+        cfg.trainer,
+        prepared.drafter,
+        prepared.objective,
+        prepared.dataset,
+        pad_token_id=tokenizer.pad_token_id,
+        ckpt_dir=paths.checkpoints,
+        config_dict={"drafter": run.cfg_dict["drafter"], "trainer": run.cfg_dict["trainer"]},
+        select=prepared.select,
+    )
+    summary = {
+        "stage_hash": run.stage_hash,
+        "metrics": metrics,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "parameters": parameters,
+        "processes": accelerator.num_processes,
+    }
+    state = full_state_dict(accelerator, prepared.drafter)  # all processes: ZeRO-3 gathers the shards
+    if accelerator.is_main_process:
+        drafter = accelerator.unwrap_model(prepared.drafter)
+        assign_state(drafter, state)
+        summary |= setup.finish(drafter, prepared, ctx)
+        drafter.save_pretrained(paths.final)
+        atomic_write_text(paths.final / SUMMARY, json.dumps(summary, indent=2))
+    accelerator.wait_for_everyone()
+    accelerator.end_training()  # trackers and, when launched, the process group: later stages run on the main process
+    return summary
