@@ -10,7 +10,9 @@ through all three, so a forgotten entry fails in CI, not in a user's run.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -303,6 +305,8 @@ def write_provenance(export_dir: str | Path, provenance: dict) -> None:
         (PROVENANCE_FILES[0], json.dumps(provenance, indent=2)),
         (PROVENANCE_FILES[1], model_card(provenance)),
     ):
-        tmp = root / f".{name}.tmp"
-        tmp.write_text(text)
-        tmp.replace(root / name)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=root.parent)  # outside: a crash leaves no stray file inside
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the card from other users of a shared registry
+        os.replace(tmp, root / name)

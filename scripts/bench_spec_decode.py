@@ -30,12 +30,12 @@ def _newest_toy_drafter() -> Path | None:
 
 
 def _prompts(tokenizer, target_name: str, count: int) -> list[list[int]]:
-    from distill.chat import encode_prompt, prompt_messages
     from distill.prompts import load_conversations
     from distill.target import toyworld_prompts
+    from eval.prompts import prompt_ids
 
     convs = load_conversations("toyworld", "heldout", toyworld_prompts(target_name, "heldout"))
-    return [encode_prompt(tokenizer, prompt_messages(c)) for c in convs[:count]]
+    return prompt_ids(convs, tokenizer, limit=count)  # templated as the eval stage templates them
 
 
 def _hf_generate(target, ids: list[int], max_new_tokens: int, eos_id: int, pad_id: int, assistant=None) -> list[int]:

@@ -272,8 +272,7 @@ def test_toy_eagle_recipe_end_to_end(tmp_path, micro_world):
 def test_eagle1_trains_from_offline_features(tmp_path, micro_world):
     r = run(
         "train",
-        "recipe=toy_eagle",
-        "drafter=eagle1",
+        "recipe=toy_eagle1",
         "drafter.features=offline",
         *SMALL,
         "stages=[distill,train]",

@@ -73,17 +73,7 @@ def test_eagle1_export_is_what_vllm_eagle_loads_and_round_trips(tmp_path, target
     from heads.eagle1 import Eagle1Drafter
     from heads.formats.eagle_export import export_eagle1
 
-    out = export_eagle1(
-        eagle1,
-        tmp_path / "d",
-        {
-            "kind": "eagle1",
-            "model_name": "e",
-            "target": {"name_or_path": "toyworld:micro"},
-            "recipe": {"recipe_name": "t"},
-            "eval": {},
-        },
-    )
+    out = export_eagle1(eagle1, tmp_path / "d")
     config = json.loads((out / "config.json").read_text())
     assert (
         config["num_hidden_layers"] == 1 and config["architectures"] == ["LlamaForCausalLM"] and config["bias"] is False

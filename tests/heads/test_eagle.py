@@ -10,6 +10,7 @@ from distill.features import layer_features
 from heads.config import Eagle1Config, Eagle3Config
 from heads.eagle import Eagle3Drafter
 from heads.errors import HeadsError
+from heads.families import FAMILIES, write_provenance
 from heads.formats.eagle_export import export_eagle3
 from heads.formats.speculators import load_speculators, speculators_config
 from heads.lint import lint_eagle3
@@ -116,7 +117,8 @@ def test_speculators_export_has_the_documented_fields_and_round_trips(tmp_path, 
         "eval": {},
         "draft_vocab": {"draft_vocab_size": 300, "coverage": 0.97},
     }
-    out = export_eagle3(drafter, tmp_path / "d", provenance, verifier, 3)
+    out = export_eagle3(drafter, tmp_path / "d", verifier, 3)
+    write_provenance(out, {**FAMILIES["eagle3"].describe(out, {}), **provenance})  # as the publish stage adds it
     card = (out / "README.md").read_text()
     assert (
         "Target layers fused: [0, 1, 2]" in card

@@ -11,6 +11,7 @@ from eval.medusa_proposer import MedusaProposer
 from eval.sampling import SamplingParams
 from heads.config import MedusaConfig
 from heads.errors import HeadsError
+from heads.families import FAMILIES, write_provenance
 from heads.formats.medusa_vllm import export_medusa
 from heads.medusa import MedusaHeads
 from heads.medusa_tree import build_tree
@@ -48,7 +49,8 @@ def test_export_is_vllm_medusa_format_and_round_trips_exactly(tmp_path, target):
         "recipe": {"recipe_name": "test"},
         "eval": {"tau": 1.8, "alpha": 0.3, "speedup": 1.1, "lossless": True},
     }
-    out = export_medusa(heads, tmp_path / "drafter", provenance)
+    out = export_medusa(heads, tmp_path / "drafter")
+    write_provenance(out, {**FAMILIES["medusa"].describe(out, {}), **provenance})  # as the publish stage adds it
 
     config = json.loads((out / "config.json").read_text())
     H, V = target.config.hidden_size, target.config.vocab_size
