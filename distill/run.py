@@ -96,7 +96,16 @@ def distill(
             sampler.close()
     if any(not writer.done(i) for i in range(len(shards))):
         return {"complete": False, "shards_done": sum(writer.done(i) for i in range(len(shards)))}
-    return _write_manifest(out_dir, target, data, tokenizer, digest, len(shards), dropped, time.perf_counter() - start)
+    return _write_manifest(
+        out_dir,
+        target,
+        data,
+        tokenizer,
+        digest=digest,
+        num_shards=len(shards),
+        dropped=dropped,
+        seconds=time.perf_counter() - start,
+    )
 
 
 def _sampler(target: TargetConfig, data: DataConfig, tokenizer, device):
@@ -172,7 +181,7 @@ def _shard_rows(examples: list[dict], sampler, seed: int) -> dict[str, list]:
     return rows
 
 
-def _write_manifest(out_dir, target, data, tokenizer, digest, num_shards, dropped, seconds) -> dict:
+def _write_manifest(out_dir, target, data, tokenizer, *, digest, num_shards, dropped, seconds) -> dict:
     ds = load_distilled(out_dir)
     reasons = ds["finish_reason"]
     manifest = {

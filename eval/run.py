@@ -105,11 +105,22 @@ def evaluate(
     warmup, prompts = prompts[: cfg.warmup_prompts], prompts[: cfg.num_prompts]
 
     def run_ar(batch):
-        return autoregressive_generate(target, batch, cfg.max_new_tokens, params, eos_ids, vocab_size, generator)
+        return autoregressive_generate(
+            target, batch, cfg.max_new_tokens, params, eos_ids=eos_ids, vocab_size=vocab_size, generator=generator
+        )
 
     def run_spec(batch, gamma):
         return speculative_generate(
-            target, proposer, batch, cfg.max_new_tokens, gamma, params, eos_ids, vocab_size, generator, acceptance
+            target,
+            proposer,
+            batch,
+            cfg.max_new_tokens,
+            gamma,
+            params,
+            eos_ids=eos_ids,
+            vocab_size=vocab_size,
+            generator=generator,
+            acceptance=acceptance,
         )
 
     for p in warmup:  # untimed

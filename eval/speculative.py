@@ -58,6 +58,7 @@ def verify_row(
     row: int,
     params: SamplingParams,
     acceptance: Acceptance,
+    *,
     generator=None,
     num_draft: Optional[int] = None,
 ) -> tuple[list[int], int]:
@@ -93,6 +94,7 @@ def speculative_step(
     sequences: list[list[int]],
     gamma: int,
     params: SamplingParams,
+    *,
     vocab_size: int,
     stats: DecodeStats,
     generator=None,
@@ -141,7 +143,10 @@ def speculative_step(
     t2 = _now(device)
     # 3. Accept/reject per row: the longest valid path, then the corrected or bonus token.
     rows = num_draft or [None] * batch  # None: every node of the row is real
-    verdicts = [verify_row(logits[b], proposal, b, params, acceptance, generator, rows[b]) for b in range(batch)]
+    verdicts = [
+        verify_row(logits[b], proposal, b, params, acceptance, generator=generator, num_draft=rows[b])
+        for b in range(batch)
+    ]
     # 4. Keep the root and the accepted path in the target cache (rejected nodes are dropped, so
     #    the cache equals a fresh forward over the verified tokens); the drafter rolls back too.
     kept = [[0] + [j + 1 for j in path] for path, _ in verdicts]  # block indices: root, then the path
@@ -206,6 +211,7 @@ def speculative_generate(
     max_new_tokens: int,
     gamma: int,
     params: SamplingParams,
+    *,
     eos_ids: set[int],
     vocab_size: int,
     generator=None,
@@ -221,7 +227,16 @@ def speculative_generate(
     done = [False] * len(prompts)
     while not all(done):
         new, num_draft = speculative_step(
-            target, proposer, cache, sequences, gamma, params, vocab_size, stats, generator, acceptance
+            target,
+            proposer,
+            cache,
+            sequences,
+            gamma,
+            params,
+            vocab_size=vocab_size,
+            stats=stats,
+            generator=generator,
+            acceptance=acceptance,
         )
         for b, tokens in enumerate(new):
             sequences[b] += tokens  # finished rows keep decoding; their output and counts are frozen
@@ -238,6 +253,7 @@ def autoregressive_generate(
     prompts: list[list[int]],
     max_new_tokens: int,
     params: SamplingParams,
+    *,
     eos_ids: set[int],
     vocab_size: int,
     generator=None,

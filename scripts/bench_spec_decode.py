@@ -91,11 +91,13 @@ def main() -> None:
     greedy, proposer = SamplingParams(), DraftLMProposer(draft, vocab)
     runs = {
         "ours_autoregressive": lambda ids: (
-            autoregressive_generate(target, [ids], args.max_new_tokens, greedy, {eos}, vocab)[0],
+            autoregressive_generate(target, [ids], args.max_new_tokens, greedy, eos_ids={eos}, vocab_size=vocab)[0],
             None,
         ),
         "ours_speculative": lambda ids: (lambda out: (out[0][0], out[1]))(
-            speculative_generate(target, proposer, [ids], args.max_new_tokens, args.gamma, greedy, {eos}, vocab)
+            speculative_generate(
+                target, proposer, [ids], args.max_new_tokens, args.gamma, greedy, eos_ids={eos}, vocab_size=vocab
+            )
         ),
         "hf_assisted": lambda ids: (_hf_generate(target, ids, args.max_new_tokens, eos, pad, draft), None),
         "hf_autoregressive": lambda ids: (_hf_generate(target, ids, args.max_new_tokens, eos, pad), None),

@@ -24,7 +24,7 @@ from heads.medusa import MedusaHeads
 from heads.vocab import build_draft_vocab
 from tests.conftest import REPO
 from train.config import register_configs
-from train.pipeline import check_run
+from train.preflight import check_run
 from train.setups import SETUPS
 
 register_configs()

@@ -22,16 +22,13 @@ from distill.run import config_hash as distill_hash
 from distill.run import distill
 from distill.shards import atomic_write_text
 from eval.config import EvalConfig
-from eval.proposers import check_eval_settings
-from eval.served import vllm_missing_reason
 from heads.families import get_family
-from train.config import STAGES, PublishConfig, RunConfig, TrainerConfig
+from train.config import PublishConfig, RunConfig, TrainerConfig
 from train.errors import PipelineError
 from train.eval_stage import eval_stage
-from train.losses import LOSSES
+from train.preflight import check_run
 from train.publish_stage import publish_stage
 from train.run_dir import RunPaths, resolve_run_dir
-from train.setups import training_setup
 from train.stage import Run
 from train.train_stage import train_stage
 
@@ -66,39 +63,11 @@ def _main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def check_run(cfg: RunConfig) -> None:
-    """Every setting that would otherwise fail only after earlier stages ran: one error, before any work."""
-    unknown = [s for s in cfg.stages if s not in STAGES]
-    if unknown:
-        raise PipelineError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
-    family = get_family(cfg.drafter.kind)  # an unknown kind fails here, naming the known ones
-    family.check(cfg.drafter)
-    if family.trainable:
-        training_setup(family.kind)
-        if cfg.trainer.loss not in LOSSES:
-            raise PipelineError(f"trainer.loss={cfg.trainer.loss!r} is not a loss; use one of {list(LOSSES)}")
-    check_eval_settings(family.kind, cfg.drafter, cfg.eval)
-    if cfg.bakeoff.serve not in ("auto", "off"):
-        raise PipelineError(
-            f"bakeoff.serve={cfg.bakeoff.serve!r}; use auto (served check where vLLM is installed) or off"
-        )
-    unknown = sorted(set(cfg.bakeoff.overrides) - {"all", *cfg.bakeoff.recipes})
-    if unknown:
-        raise PipelineError(
-            f"bakeoff.overrides has {unknown}, which are not contenders; "
-            f"use 'all' or one of bakeoff.recipes={cfg.bakeoff.recipes}"
-        )
-    if cfg.eval.serve and vllm_missing_reason():
-        raise PipelineError(f"eval.serve=vllm: {vllm_missing_reason()}, or set eval.serve=null")
-    if cfg.eval.serve and family.vllm_method is None:
-        raise PipelineError(f"eval.serve=vllm: vLLM does not serve {family.kind} drafters; set eval.serve=null")
-
-
 def run_pipeline(config) -> dict:
     """Run the stages of `config` (a Hydra DictConfig or a RunConfig) in order; return {stage: summary}."""
     dict_config = config if isinstance(config, DictConfig) else OmegaConf.structured(config)
     cfg: RunConfig = OmegaConf.to_object(dict_config)
-    check_run(cfg)
+    check_run(cfg)  # one error line before any work
     if cfg.dry_run and not get_family(cfg.drafter.kind).trainable:
         print(
             f"plan for recipe {cfg.recipe_name}: {cfg.drafter.kind} is training-free; there is nothing to train or plan"

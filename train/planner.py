@@ -51,16 +51,18 @@ def read_launch(plan: PlanConfig) -> Launch:
             f"plan.accelerate={plan.accelerate!r} is neither one of {list(STRATEGIES)} nor an accelerate config file"
         )
     raw = yaml.safe_load(path.read_text())
-    kind = raw.get("distributed_type", "NO")
-    if kind == "DEEPSPEED":
+    distributed = raw.get("distributed_type", "NO")
+    if distributed == "DEEPSPEED":
         stage = int(raw.get("deepspeed_config", {}).get("zero_stage", 2))
         if stage not in (2, 3):
             raise PlanError(f"{path}: the planner accounts ZeRO stages 2 and 3, not {stage}")
         strategy = f"zero{stage}"
     else:
-        strategy = {"MULTI_GPU": "ddp", "FSDP": "fsdp", "NO": "single"}.get(kind)
+        strategy = {"MULTI_GPU": "ddp", "FSDP": "fsdp", "NO": "single"}.get(distributed)
         if strategy is None:
-            raise PlanError(f"{path}: distributed_type {kind} is not planned; use DDP (MULTI_GPU), DEEPSPEED or FSDP")
+            raise PlanError(
+                f"{path}: distributed_type {distributed} is not planned; use DDP (MULTI_GPU), DEEPSPEED or FSDP"
+            )
     return Launch(strategy, plan.num_processes or int(raw.get("num_processes", 1)), raw.get("mixed_precision", "no"))
 
 

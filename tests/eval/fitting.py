@@ -35,7 +35,9 @@ def assert_first_tokens_follow_the_target(target, proposer, ids: list[int], voca
     gen = torch.Generator().manual_seed(0)
     counts = torch.zeros_like(p)
     for _ in range(draws):
-        (out,), _ = speculative_generate(target, proposer, [ids], 1, 2, params, set(), vocab_size, gen)
+        (out,), _ = speculative_generate(
+            target, proposer, [ids], 1, 2, params, eos_ids=set(), vocab_size=vocab_size, generator=gen
+        )
         counts[out[0]] += 1
     top = p.topk(5).indices
     assert torch.all((counts[top] / draws - p[top]).abs() <= 5 * torch.sqrt(p[top] * (1 - p[top]) / draws))

@@ -28,14 +28,14 @@ def test_greedy_eagle_equals_target_greedy(target, drafter, tokenizer, prompt_id
     accepted = []
     for gamma in (1, 4) if tree is None else (0,):
         out, stats = speculative_generate(
-            target, proposer, prompt_ids, 40, gamma, GREEDY, {tokenizer.eos_token_id}, len(tokenizer)
+            target, proposer, prompt_ids, 40, gamma, GREEDY, eos_ids={tokenizer.eos_token_id}, vocab_size=len(tokenizer)
         )
         assert out == greedy_reference
         accepted += stats.accept_counts
     depth = 4 if tree is None else tree["depth"]
     assert any(c > 0 for c in accepted) and any(c < depth for c in accepted)  # both paths ran
     batched, _ = speculative_generate(
-        target, proposer, prompt_ids[:3], 40, 3, GREEDY, {tokenizer.eos_token_id}, len(tokenizer)
+        target, proposer, prompt_ids[:3], 40, 3, GREEDY, eos_ids={tokenizer.eos_token_id}, vocab_size=len(tokenizer)
     )
     assert batched == greedy_reference[:3]
 
@@ -58,7 +58,7 @@ def eagle1(target):
 def test_greedy_eagle1_equals_target_greedy(target, eagle1, tokenizer, prompt_ids, greedy_reference, tree):
     proposer = EagleProposer(eagle1, len(tokenizer), tree)
     out, stats = speculative_generate(
-        target, proposer, prompt_ids, 40, 3, GREEDY, {tokenizer.eos_token_id}, len(tokenizer)
+        target, proposer, prompt_ids, 40, 3, GREEDY, eos_ids={tokenizer.eos_token_id}, vocab_size=len(tokenizer)
     )
     assert out == greedy_reference
     depth = 3 if tree is None else tree["depth"]
@@ -94,9 +94,23 @@ def test_eagle1_export_is_what_vllm_eagle_loads_and_round_trips(tmp_path, target
         assert torch.equal(value, loaded.state_dict()[name]), name
     # Same proposals: the same tokens accepted at every step (outputs alone would match anyway).
     _, before = speculative_generate(
-        target, EagleProposer(eagle1, len(tokenizer)), prompt_ids[:2], 20, 3, GREEDY, set(), len(tokenizer)
+        target,
+        EagleProposer(eagle1, len(tokenizer)),
+        prompt_ids[:2],
+        20,
+        3,
+        GREEDY,
+        eos_ids=set(),
+        vocab_size=len(tokenizer),
     )
     _, after = speculative_generate(
-        target, EagleProposer(loaded, len(tokenizer)), prompt_ids[:2], 20, 3, GREEDY, set(), len(tokenizer)
+        target,
+        EagleProposer(loaded, len(tokenizer)),
+        prompt_ids[:2],
+        20,
+        3,
+        GREEDY,
+        eos_ids=set(),
+        vocab_size=len(tokenizer),
     )
     assert after.accept_counts == before.accept_counts and any(before.accept_counts)

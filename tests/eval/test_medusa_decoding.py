@@ -37,14 +37,14 @@ def test_greedy_medusa_equals_target_greedy(target, heads, tokenizer, prompt_ids
     accepted = []
     for gamma in (1, 3) if tree is None else (0,):
         out, stats = speculative_generate(
-            target, proposer, prompt_ids, 40, gamma, GREEDY, {tokenizer.eos_token_id}, len(tokenizer)
+            target, proposer, prompt_ids, 40, gamma, GREEDY, eos_ids={tokenizer.eos_token_id}, vocab_size=len(tokenizer)
         )
         assert out == greedy_reference
         accepted += stats.accept_counts
     depth = 3 if tree is None else max(map(len, tree))
     assert any(c > 0 for c in accepted) and any(c < depth for c in accepted)
     batched, _ = speculative_generate(
-        target, proposer, prompt_ids[:3], 40, 2, GREEDY, {tokenizer.eos_token_id}, len(tokenizer)
+        target, proposer, prompt_ids[:3], 40, 2, GREEDY, eos_ids={tokenizer.eos_token_id}, vocab_size=len(tokenizer)
     )
     assert batched == greedy_reference[:3]
 
@@ -52,7 +52,14 @@ def test_greedy_medusa_equals_target_greedy(target, heads, tokenizer, prompt_ids
 def test_chains_longer_than_the_heads_are_refused(target, heads, tokenizer, prompt_ids):
     with pytest.raises(ValueError, match="at most 3 tokens"):
         speculative_generate(
-            target, MedusaProposer(heads, len(tokenizer)), prompt_ids[:1], 8, 4, GREEDY, set(), len(tokenizer)
+            target,
+            MedusaProposer(heads, len(tokenizer)),
+            prompt_ids[:1],
+            8,
+            4,
+            GREEDY,
+            eos_ids=set(),
+            vocab_size=len(tokenizer),
         )
 
 
@@ -73,10 +80,10 @@ def test_typical_acceptance_uses_the_top_k_candidates(target, heads, tokenizer, 
         30,
         0,
         SamplingParams(temperature=0.7),
-        set(),
-        len(tokenizer),
-        torch.Generator().manual_seed(0),
-        Acceptance(rule="typical"),
+        eos_ids=set(),
+        vocab_size=len(tokenizer),
+        generator=torch.Generator().manual_seed(0),
+        acceptance=Acceptance(rule="typical"),
     )
     assert len(out) == 30 and stats.target_forwards < 30
 

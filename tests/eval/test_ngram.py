@@ -94,12 +94,16 @@ def test_greedy_speculative_equals_target_greedy(target, tokenizer, prompt_ids, 
     counts = []
     for gamma in (1, 3, 5):
         for ids, ref in zip(prompt_ids, greedy_reference):
-            (out,), stats = speculative_generate(target, proposer, [ids], 40, gamma, GREEDY, eos, len(tokenizer))
+            (out,), stats = speculative_generate(
+                target, proposer, [ids], 40, gamma, GREEDY, eos_ids=eos, vocab_size=len(tokenizer)
+            )
             assert out == ref
             counts += zip(stats.draft_counts, stats.accept_counts)
     assert any(n == 0 for n, _ in counts) and any(a > 0 for _, a in counts) and any(a < n for n, a in counts)
     # A batch drafts ragged rows (padding never accepted) and still equals the target row by row.
-    batched, stats = speculative_generate(target, proposer, prompt_ids, 40, 4, GREEDY, eos, len(tokenizer))
+    batched, stats = speculative_generate(
+        target, proposer, prompt_ids, 40, 4, GREEDY, eos_ids=eos, vocab_size=len(tokenizer)
+    )
     assert batched == greedy_reference
     assert len(set(stats.draft_counts)) > 1
 
@@ -118,7 +122,9 @@ def test_sampled_decoding_with_empty_and_full_drafts_runs_to_length(target, toke
     proposer = NgramProposer(prompt_lookup_min=1, prompt_lookup_max=3, vocab_size=len(tokenizer))
     gen = torch.Generator().manual_seed(0)
     params = SamplingParams(temperature=0.8, top_k=50)
-    out, stats = speculative_generate(target, proposer, prompt_ids[:3], 30, 3, params, set(), len(tokenizer), gen)
+    out, stats = speculative_generate(
+        target, proposer, prompt_ids[:3], 30, 3, params, eos_ids=set(), vocab_size=len(tokenizer), generator=gen
+    )
     assert [len(o) for o in out] == [30, 30, 30]
     assert 0 in stats.draft_counts and max(stats.draft_counts) == 3
     assert all(a <= n for n, a in zip(stats.draft_counts, stats.accept_counts))
@@ -162,12 +168,12 @@ class _ScriptedProposer:
 def test_counting_with_empty_proposals(target, tokenizer, prompt_ids):
     vocab = len(tokenizer)
     prompts = [prompt_ids[0], prompt_ids[2]]
-    reference = autoregressive_generate(target, prompts, 60, GREEDY, set(), vocab)
+    reference = autoregressive_generate(target, prompts, 60, GREEDY, eos_ids=set(), vocab_size=vocab)
     # Row 0 never drafts (its padding is the right answer); row 1 drafts 0, 2 (both right),
     # 3 (one right), 0, then 3 (all right): 1 + 3 + 2 + 1 + 4 = 11 tokens in 5 steps.
     schedule = [[(0, 0)] * 11, [(0, 0), (2, 2), (3, 1), (0, 0), (3, 3)]]
     proposer = _ScriptedProposer(reference, schedule, vocab)
-    out, stats = speculative_generate(target, proposer, prompts, 11, 3, GREEDY, set(), vocab)
+    out, stats = speculative_generate(target, proposer, prompts, 11, 3, GREEDY, eos_ids=set(), vocab_size=vocab)
     assert out == [r[:11] for r in reference]  # lossless, padding included
     row1 = [(n, a) for k, (n, a) in enumerate(zip(stats.draft_counts, stats.accept_counts)) if k % 2 and k < 10]
     assert row1 == [(0, 0), (2, 2), (3, 1), (0, 0), (3, 3)]
@@ -192,7 +198,9 @@ def test_a_step_without_drafts_is_a_plain_decoding_step(target, tokenizer, promp
     reference = [greedy_reference[0] + [0] * 40]
     proposer = _ScriptedProposer(reference, [[]], len(tokenizer))
     eos, vocab = {tokenizer.eos_token_id}, len(tokenizer)
-    (out,), stats = speculative_generate(target, proposer, [prompt_ids[0]], 40, 3, GREEDY, eos, vocab)
+    (out,), stats = speculative_generate(
+        target, proposer, [prompt_ids[0]], 40, 3, GREEDY, eos_ids=eos, vocab_size=vocab
+    )
     assert out == greedy_reference[0]
     assert stats.target_forwards == len(out) and stats.proposed_tokens == 0 and set(stats.draft_counts) == {0}
     tally = Tally(stats=stats, seconds=1.0, tokens=len(out))

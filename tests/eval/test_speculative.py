@@ -37,7 +37,7 @@ def test_greedy_speculative_equals_target_generate(target, weak_draft, tokenizer
     for ids, ref in zip(prompt_ids, reference):
         for gamma in (1, 3, 5) if tree is None else (0,):
             (spec,), stats = speculative_generate(
-                target, proposer, [ids], 40, gamma, GREEDY, _eos(tokenizer), len(tokenizer)
+                target, proposer, [ids], 40, gamma, GREEDY, eos_ids=_eos(tokenizer), vocab_size=len(tokenizer)
             )
             assert spec == ref
             depth = gamma if tree is None else len(tree)
@@ -50,19 +50,28 @@ def test_greedy_speculative_equals_target_generate(target, weak_draft, tokenizer
 def test_batched_decoding_equals_one_row_at_a_time(target, weak_draft, tokenizer, prompt_ids, reference, tree):
     prompts = [ids[-n:] for ids, n in zip(prompt_ids, (60, 23, 41, 8, 60, 35))]  # ragged: left padding
     proposer = DraftLMProposer(weak_draft, len(tokenizer), tree=tree)
-    batched, stats = speculative_generate(target, proposer, prompts, 40, 3, GREEDY, _eos(tokenizer), len(tokenizer))
+    batched, stats = speculative_generate(
+        target, proposer, prompts, 40, 3, GREEDY, eos_ids=_eos(tokenizer), vocab_size=len(tokenizer)
+    )
     one_by_one = [
-        speculative_generate(target, proposer, [p], 40, 3, GREEDY, _eos(tokenizer), len(tokenizer))[0][0]
+        speculative_generate(target, proposer, [p], 40, 3, GREEDY, eos_ids=_eos(tokenizer), vocab_size=len(tokenizer))[
+            0
+        ][0]
         for p in prompts
     ]
     assert batched == one_by_one
     assert len(set(stats.accept_counts)) > 1  # rows really accepted different lengths
-    assert autoregressive_generate(target, prompts, 40, GREEDY, _eos(tokenizer), len(tokenizer)) == one_by_one
+    assert (
+        autoregressive_generate(target, prompts, 40, GREEDY, eos_ids=_eos(tokenizer), vocab_size=len(tokenizer))
+        == one_by_one
+    )
 
 
 def test_our_autoregressive_baseline_equals_target_generate(target, tokenizer, prompt_ids, reference):
     for ids, ref in zip(prompt_ids[:3], reference):
-        assert autoregressive_generate(target, [ids], 40, GREEDY, _eos(tokenizer), len(tokenizer)) == [ref]
+        assert autoregressive_generate(
+            target, [ids], 40, GREEDY, eos_ids=_eos(tokenizer), vocab_size=len(tokenizer)
+        ) == [ref]
 
 
 @pytest.mark.parametrize("tree", [None, [2, 1, 1]], ids=["chain", "tree"])
@@ -71,7 +80,7 @@ def test_drafter_equal_to_target_accepts_every_token(target, tokenizer, prompt_i
     for params in (GREEDY, SamplingParams(temperature=0.8, top_p=0.9, top_k=50)):
         gen = torch.Generator().manual_seed(0)
         (out,), stats = speculative_generate(
-            target, proposer, [prompt_ids[0]], 33, 3, params, set(), len(tokenizer), gen
+            target, proposer, [prompt_ids[0]], 33, 3, params, eos_ids=set(), vocab_size=len(tokenizer), generator=gen
         )
         assert len(out) == 33
         assert all(c == 3 for c in stats.accept_counts)  # p == q: nothing is ever rejected
@@ -97,10 +106,10 @@ def test_typical_acceptance_decodes_and_is_a_separate_rule(target, weak_draft, t
         30,
         2,
         params,
-        set(),
-        len(tokenizer),
-        torch.Generator().manual_seed(0),
-        Acceptance(rule="typical"),
+        eos_ids=set(),
+        vocab_size=len(tokenizer),
+        generator=torch.Generator().manual_seed(0),
+        acceptance=Acceptance(rule="typical"),
     )
     assert len(out) == 30 and stats.target_forwards < 30
 
@@ -124,7 +133,7 @@ class _RecordingProposer(DraftLMProposer):
 def test_target_features_of_verified_tokens_reach_the_proposer(target, weak_draft, tokenizer, prompt_ids, tree):
     prompts = [prompt_ids[0][-30:], prompt_ids[2][-17:]]
     proposer = _RecordingProposer(weak_draft, len(tokenizer), tree=tree)
-    out, _ = speculative_generate(target, proposer, prompts, 12, 3, GREEDY, set(), len(tokenizer))
+    out, _ = speculative_generate(target, proposer, prompts, 12, 3, GREEDY, eos_ids=set(), vocab_size=len(tokenizer))
     for b, prompt in enumerate(prompts):
         got = torch.cat(proposer.seen[b])  # features of every verified token, in order
         assert got.shape[0] >= len(prompt) + len(out[b]) - 1  # all but the newest token
