@@ -10,9 +10,14 @@ ROLES = ("system", "user", "assistant")
 
 
 def prompt_messages(messages: list[dict]) -> list[dict]:
-    """The conversation up to (not including) its last assistant turn: what the target answers."""
-    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=len(messages))
-    return messages[:last]
+    """The conversation without its trailing assistant turns: the turn the target answers next.
+
+    The same rule as eval.prompts.prompt_messages (eval may not import distill), so a drafter is
+    distilled on the prompts it is measured on; tests/eval/test_prompts.py holds the two equal."""
+    end = len(messages)
+    while end and messages[end - 1]["role"] == "assistant":
+        end -= 1
+    return messages[:end]
 
 
 def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:

@@ -34,7 +34,8 @@ MANIFEST = "manifest.json"
 
 def config_hash(target: TargetConfig, data: DataConfig) -> str:
     """Hash of every setting that changes the dataset; a stage with this hash done is skipped."""
-    settings = {"target": asdict(target), "data": output_settings(DataConfig, asdict(data))}  # NO_EFFECT keys left out
+    # NO_EFFECT keys left out; the prompt rule is versioned, since it decides what the target answers
+    settings = {"target": asdict(target), "data": output_settings(DataConfig, asdict(data)), "prompt_rule": 2}
     payload = json.dumps(settings, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 

@@ -23,6 +23,7 @@ from eval.proposer import DraftLMProposer, Proposer
 from eval.run import check_settings
 from heads.families import family_of_export
 from heads.medusa_tree import full_tree
+from heads.target_features import FINAL_NORMED
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,15 @@ def _build_draft_lm(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) 
     return DraftLMProposer(draft, vocab_size, tree=cfg.tree)
 
 
-def _check_medusa(settings, cfg: EvalConfig) -> None:
+def _refuse_dynamic_tree(cfg: EvalConfig) -> None:
     if cfg.tree == "dynamic":
         raise EvalError(
             "eval.tree=dynamic is EAGLE-2's tree; Medusa decodes chains, its saved tree (drafter) or children per depth"
         )
+
+
+def _check_medusa(settings, cfg: EvalConfig) -> None:
+    _refuse_dynamic_tree(cfg)
     heads = settings.num_heads
     if not cfg.tree and cfg.num_speculative_tokens > heads:
         raise EvalError(
@@ -74,8 +79,7 @@ def _build_medusa(heads, *, target, vocab_size: int, cfg: EvalConfig, path) -> P
             f"{path} holds Medusa heads for hidden size {heads.hidden_size} and {heads.vocab_size} tokens; this target "
             f"has {target_hidden} and {vocab_size}: pair the heads with the target they were trained on"
         )
-    if cfg.tree == "dynamic":
-        _check_medusa(heads, cfg)
+    _refuse_dynamic_tree(cfg)  # a chain longer than the heads is refused by the engine, naming its limit
     if cfg.tree == "drafter":
         if heads.tree is None:
             raise EvalError(
@@ -158,4 +162,19 @@ def load_proposer(
     drafter = family.load(Path(path), target)
     if isinstance(drafter, torch.nn.Module):
         drafter = drafter.eval().to(device)
-    return entry.build(drafter, target=target, vocab_size=vocab_size, cfg=cfg, path=path), family.kind
+    proposer = entry.build(drafter, target=target, vocab_size=vocab_size, cfg=cfg, path=path)
+    if not _reads(family.signals, proposer.target_layer_ids):
+        raise EvalError(
+            f"the {family.kind} proposer reads target layers {proposer.target_layer_ids}, but the family table "
+            f"declares signals={family.signals!r}; fix heads/families.py or eval/proposers.py"
+        )
+    return proposer, family.kind
+
+
+def _reads(signals: str, layer_ids: tuple[int, ...]) -> bool:
+    """Whether a proposer's target_layer_ids are what its family declares (heads.families.SIGNALS)."""
+    if signals == "tokens":
+        return layer_ids == ()
+    if signals == "final_normed":
+        return tuple(layer_ids) == (FINAL_NORMED,)
+    return len(layer_ids) > 0 and all(i >= 0 for i in layer_ids)

@@ -83,7 +83,8 @@ def _served_line(ev: dict) -> str:
 
 
 def eagle3_usage(target: str, gamma: int, provenance: dict) -> str:
-    gamma = provenance.get("drafter_config", {}).get("num_speculative_tokens") or gamma  # what config.json proposes
+    recommended = (provenance.get("eval") or {}).get("recommended_num_speculative_tokens")
+    gamma = recommended or provenance.get("drafter_config", {}).get("num_speculative_tokens") or gamma
     return f"""## Use it
 
 vLLM serves this directory as is (speculators format; the method is read from `config.json`):

@@ -43,6 +43,7 @@ class ExportJob:
     tokenizer: Any  # the target's tokenizer (draft LMs ship it)
     verifier: dict  # {"name_or_path", "architectures"} of the target (formats that name it)
     num_speculative_tokens: int  # γ, where a format carries a default one (speculators)
+    skip: tuple[str, ...] = ()  # files of the checkpoint that are the trainer's bookkeeping, not the drafter's
 
 
 @dataclass(frozen=True)
@@ -79,21 +80,16 @@ def _read_config(path: Path) -> dict:
     return json.loads(file.read_text()) if file.is_file() else {}
 
 
-def _copy(*patterns: str) -> Callable[[ExportJob, Path], None]:
-    """A writer for families whose native checkpoint already is the serving format: copy those files."""
-
-    def write(job: ExportJob, out: Path) -> None:
-        files = sorted({p for pattern in patterns for p in Path(job.checkpoint).glob(pattern)})
-        if not files:
-            raise HeadsError(f"{job.checkpoint} holds none of {list(patterns)}; re-run the train stage")
-        for file in files:
-            shutil.copy2(file, out / file.name)
-
-    return write
+def _copy_checkpoint(job: ExportJob, out: Path) -> None:
+    """The writer of families whose native checkpoint already is the serving format: copy it whole
+    (a draft LM's remote code and tokenizer files included), the trainer's bookkeeping left out."""
+    shutil.copytree(job.checkpoint, out, ignore=shutil.ignore_patterns(*job.skip), dirs_exist_ok=True)
+    if not (out / CONFIG).is_file():
+        raise HeadsError(f"{job.checkpoint} holds no {CONFIG}; re-run the train stage")
 
 
 def _write_draft_lm(job: ExportJob, out: Path) -> None:
-    _copy(CONFIG, "generation_config.json", "*.safetensors", "model.safetensors.index.json")(job, out)
+    _copy_checkpoint(job, out)
     job.tokenizer.save_pretrained(out)  # transformers' assistant_model and vLLM's draft_model read it
 
 
@@ -191,7 +187,7 @@ FAMILIES: dict[str, Family] = {
             signals="final_normed",
             trainable=True,
             recognizes=lambda config: config.get("model_type") == "medusa",
-            write=_copy(CONFIG, "model.safetensors", "medusa_tree.json"),
+            write=_copy_checkpoint,
             load=lambda path, target: MedusaHeads.from_pretrained(path),
             lint=MedusaHeads.from_pretrained,
             vllm_method="medusa",
@@ -225,7 +221,7 @@ FAMILIES: dict[str, Family] = {
             signals="final_normed",
             trainable=True,
             recognizes=lambda config: config.get("drafthub_kind") == "eagle1",
-            write=_copy(CONFIG, "model.safetensors"),
+            write=_copy_checkpoint,
             load=lambda path, target: Eagle1Drafter.from_pretrained(path, target.get_output_embeddings().weight),
             lint=Eagle1Drafter.check_export,
             vllm_method="eagle",

@@ -32,7 +32,8 @@ class TrainerConfig:
     max_seq_len: int = 512  # longer samples are cut
     max_grad_norm: float = 1.0
     mixed_precision: str = "auto"  # auto (bf16 on a capable GPU, else no) | no | bf16 | fp16
-    save_every: int = field(default=100, metadata=NO_EFFECT)  # checkpoint every N steps (and at the end)
+    # checkpoint every N steps (and at the end); EAGLE-3 picks its best checkpoint among these, so it counts
+    save_every: int = 100
     keep_last: int = field(default=2, metadata=NO_EFFECT)  # checkpoints kept on disk
     resume: bool = field(default=True, metadata=NO_EFFECT)  # continue from the latest checkpoint of this run, if any
     log_every: int = field(default=10, metadata=NO_EFFECT)  # steps between tracker logs

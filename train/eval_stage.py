@@ -31,6 +31,7 @@ def export_drafter(run: Run, family: Family, tokenizer, target) -> str:
         tokenizer=tokenizer,
         verifier={"name_or_path": cfg.target.name_or_path, "architectures": list(target.config.architectures or [])},
         num_speculative_tokens=cfg.eval.num_speculative_tokens,
+        skip=(SUMMARY,),
     )
     with staged_directory(paths.drafter) as tmp:
         family.write(job, tmp)
@@ -49,12 +50,19 @@ def eval_prompt_ids(run: Run, tokenizer, max_len: int) -> list[list[int]]:
 
 def eval_stage(run: Run) -> dict:
     cfg, paths = run.cfg, run.paths
-    done = read_json(paths.eval / REPORT)
-    if done and done.get("stage_hash") == run.stage_hash and done.get("export_sha256") == _hash_or_none(paths.drafter):
-        return done
     family = get_family(cfg.drafter.kind)
-    if family.trainable and not (paths.final / SUMMARY).exists():
-        raise PipelineError(f"no trained drafter in {paths.final}; run the train stage first")
+    done = read_json(paths.eval / REPORT)
+    if done and _still_valid(done, run, family):
+        return done
+    if family.trainable:
+        summary = read_json(paths.final / SUMMARY)
+        if summary is None:
+            raise PipelineError(f"no trained drafter in {paths.final}; run the train stage first")
+        if summary["stage_hash"] != run.hashes["train"]:
+            raise PipelineError(
+                f"{paths.final} was trained with other settings than this run's; re-run the train stage "
+                "(stages=[train,eval,publish])"
+            )
     tokenizer = load_tokenizer(cfg.target)
     target = load_target(cfg.target, run.device)
     export_sha256 = export_drafter(run, family, tokenizer, target)
@@ -88,5 +96,11 @@ def eval_stage(run: Run) -> dict:
     return evaluate(target, proposer, prompts, cfg.eval, eos, len(tokenizer), names, out_dir=paths.eval, served=served)
 
 
-def _hash_or_none(directory) -> str | None:
-    return served_files_hash(directory) if directory.exists() else None
+def _still_valid(report: dict, run: Run, family: Family) -> bool:
+    """The report measured this run's settings on the export and checkpoint now on disk."""
+    paths = run.paths
+    if report.get("stage_hash") != run.stage_hash or not report.get("export_sha256") or not paths.drafter.is_dir():
+        return False
+    if report["export_sha256"] != served_files_hash(paths.drafter):
+        return False
+    return not family.trainable or report.get("checkpoint_sha256") == served_files_hash(paths.final)

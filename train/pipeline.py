@@ -40,9 +40,12 @@ def _hash(*parts) -> str:
 
 
 def stage_hashes(cfg: RunConfig, cfg_dict: dict) -> dict[str, str]:
-    """Each stage's hash, chained over its upstream stages and its own settings (NO_EFFECT fields left out)."""
+    """Each stage's hash, chained over its upstream stages and its own settings (NO_EFFECT fields left out).
+
+    A training-free family's "train" hash is its settings alone: trainer settings don't touch it."""
     data = distill_hash(cfg.target, cfg.data)
-    train = _hash(data, cfg_dict["drafter"], output_settings(TrainerConfig, cfg_dict["trainer"]))
+    trainer = output_settings(TrainerConfig, cfg_dict["trainer"]) if get_family(cfg.drafter.kind).trainable else None
+    train = _hash(data, cfg_dict["drafter"], trainer) if trainer is not None else _hash(data, cfg_dict["drafter"])
     evaluation = _hash(train, output_settings(EvalConfig, cfg_dict["eval"]), cfg.eval_split, cfg.eval_prompts)
     return {
         "distill": data,
@@ -101,6 +104,6 @@ def run_pipeline(config) -> dict:
             results[stage] = {"skipped": "training-free", "seconds": 0.0, "parameters": 0}
             continue
         t0 = time.perf_counter()
-        results[stage] = STAGE_RUNNERS[stage](Run(cfg, cfg_dict, paths, device, hashes[stage]))
+        results[stage] = STAGE_RUNNERS[stage](Run(cfg, cfg_dict, paths, device, hashes[stage], hashes))
         print(f"[{stage}] done in {time.perf_counter() - t0:.1f}s")
     return results

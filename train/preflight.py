@@ -35,7 +35,7 @@ def check_run(cfg: RunConfig) -> None:
             f"bakeoff.overrides has {unknown}, which are not contenders; "
             f"use 'all' or one of bakeoff.recipes={cfg.bakeoff.recipes}"
         )
-    if cfg.eval.serve and vllm_missing_reason():
+    if cfg.eval.serve and not cfg.dry_run and vllm_missing_reason():  # a plan needs no engine
         raise PipelineError(f"eval.serve=vllm: {vllm_missing_reason()}, or set eval.serve=null")
     if cfg.eval.serve and family.vllm_method is None:
         raise PipelineError(f"eval.serve=vllm: vLLM does not serve {family.kind} drafters; set eval.serve=null")

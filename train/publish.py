@@ -1,7 +1,7 @@
 """The publish gate and the Hugging Face Hub upload, shared by the publish stage and scripts/push_to_hub.py.
 
 A drafter leaves the machine only when its own `drafthub.json` proves it: an eval report exists,
-it was measured on exactly these files (the export hash recorded at publish time still matches),
+it was measured on exactly these files (the export hash the eval stage recorded still matches),
 it was lossless, it reached the recipe's `min_tau`, the format checks pass, and — where a served
 check ran — vLLM agreed. Every refusal is one `PublishError` line naming the fix.
 
@@ -36,7 +36,8 @@ def _check_format(drafter_dir: Path, kind: str) -> None:
     """The family's own format checks (heads.families: lint), e.g. EAGLE-3's heads/lint.py."""
     try:
         get_family(kind).lint(drafter_dir)
-    except Exception as e:  # noqa: BLE001 — any loader failure (safetensors, transformers, ours) is a refusal, in one line
+    # Any loader failure (safetensors, transformers, ours) is a refusal, said in one line.
+    except Exception as e:  # noqa: BLE001
         raise PublishError(
             f"refusing to publish {drafter_dir}: the {kind} checkpoint does not pass its format checks "
             f"({str(e).splitlines()[0]})"

@@ -4,9 +4,11 @@ into a local registry and/or uploaded to the Hub."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from distill.chat import tokenizer_hash
+from distill.shards import atomic_write_text
 from distill.target import load_tokenizer, resolve_target
 from heads.families import get_family, write_provenance
 from heads.formats.fingerprint import served_files_hash
@@ -42,11 +44,12 @@ def provenance(run: Run, report: dict) -> dict:
 
 def publish_stage(run: Run) -> dict:
     cfg, paths = run.cfg, run.paths
-    done = read_json(paths.drafter / "drafthub.json")
-    if done and done.get("stage_hash") == run.stage_hash:
-        return done
+    done, prov = read_json(paths.published), read_json(paths.drafter / "drafthub.json")
+    if done and prov and done["stage_hash"] == prov.get("stage_hash") == run.stage_hash:
+        return prov
     report = read_json(paths.eval / REPORT)
-    check_report(report, cfg.publish.min_tau, str(paths.drafter))
+    if not report:
+        check_report(report, cfg.publish.min_tau, str(paths.drafter))  # "no eval report: run the eval stage"
     if get_family(cfg.drafter.kind).trainable and report.get("checkpoint_sha256") != served_files_hash(paths.final):
         raise PublishError(
             f"refusing to publish: {paths.final} changed after it was evaluated (stale eval report); "
@@ -54,10 +57,14 @@ def publish_stage(run: Run) -> dict:
         )
     prov = gate(provenance(run, report), paths.drafter, cfg.publish.min_tau)  # stale export, report, format checks
     write_provenance(paths.drafter, prov)
+    record = {"stage_hash": run.stage_hash, "registry": None, "hub": None}
     if cfg.publish.hub_dir:
         entry = publish_local(paths.drafter, cfg.publish.hub_dir, gated=prov)
-        print(f"[publish] {cfg.publish.hub_dir}/{entry['path']}")
+        record["registry"] = f"{cfg.publish.hub_dir}/{entry['path']}"
+        print(f"[publish] {record['registry']}")
     if cfg.publish.repo_id:
         revision = push_to_hub(paths.drafter, cfg.publish.repo_id, private=cfg.publish.private, gated=prov)
-        print(f"[publish] https://huggingface.co/{cfg.publish.repo_id}/tree/{revision}")
+        record["hub"] = f"https://huggingface.co/{cfg.publish.repo_id}/tree/{revision}"
+        print(f"[publish] {record['hub']}")
+    atomic_write_text(paths.published, json.dumps(record, indent=2))  # last: a failed upload reruns the stage
     return prov

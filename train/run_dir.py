@@ -48,6 +48,11 @@ class RunPaths:
     def drafter(self) -> Path:
         return self.root / "drafter"
 
+    @property
+    def published(self) -> Path:
+        """The publish stage's record, written last: the stage is done only once copies and uploads are."""
+        return self.root / "published.json"
+
 
 def read_json(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None

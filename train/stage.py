@@ -17,3 +17,4 @@ class Run:
     paths: RunPaths
     device: torch.device
     stage_hash: str  # of everything that determines this stage's output (train/pipeline.py chains them)
+    hashes: dict  # every stage's hash, for checks against upstream outputs

@@ -1,6 +1,7 @@
-"""Export EAGLE drafters: EAGLE-3 as the speculators directory vLLM serves as is plus SGLang's
-LlamaForCausalLMEagle3 layout in `sglang/`; EAGLE-1 as the one-layer llama directory vLLM's
-`eagle` method loads. Provenance and the model card are added by publishing (heads.families)."""
+"""EAGLE-3's serving directory, written from the native checkpoint: the speculators files vLLM serves
+as they are, plus SGLang's LlamaForCausalLMEagle3 layout in `sglang/`. (EAGLE-1's native checkpoint
+already is the layout vLLM's `eagle` method loads; the family table copies it.) Provenance and the
+model card are added by publishing (heads.families.write_provenance)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,7 @@ from pathlib import Path
 from safetensors.torch import save_file
 
 from heads.eagle import Eagle3Drafter
-from heads.eagle1 import Eagle1Drafter
 from heads.formats.speculators import save_speculators, sglang_tensors
-from heads.formats.staging import staged_directory
 
 
 def sglang_config(drafter: Eagle3Drafter) -> dict:
@@ -36,15 +35,3 @@ def write_eagle3(drafter: Eagle3Drafter, out: Path, verifier: dict, speculative_
     (out / "sglang").mkdir()
     (out / "sglang" / "config.json").write_text(json.dumps(sglang_config(drafter), indent=2))
     save_file(sglang_tensors(drafter), str(out / "sglang" / "model.safetensors"), metadata={"format": "pt"})
-
-
-def export_eagle3(drafter: Eagle3Drafter, out_dir: str | Path, verifier: dict, speculative_tokens: int) -> Path:
-    with staged_directory(out_dir) as tmp:
-        write_eagle3(drafter, tmp, verifier, speculative_tokens)
-    return Path(out_dir)
-
-
-def export_eagle1(drafter: Eagle1Drafter, out_dir: str | Path) -> Path:
-    with staged_directory(out_dir) as tmp:
-        drafter.save_pretrained(tmp)
-    return Path(out_dir)

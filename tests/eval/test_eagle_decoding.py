@@ -71,9 +71,9 @@ def test_eagle1_export_is_what_vllm_eagle_loads_and_round_trips(tmp_path, target
     from safetensors import safe_open
 
     from heads.eagle1 import Eagle1Drafter
-    from heads.formats.eagle_export import export_eagle1
+    from tests.exporting import export
 
-    out = export_eagle1(eagle1, tmp_path / "d")
+    out = export(eagle1, tmp_path / "d")
     config = json.loads((out / "config.json").read_text())
     assert (
         config["num_hidden_layers"] == 1 and config["architectures"] == ["LlamaForCausalLM"] and config["bias"] is False

@@ -43,7 +43,7 @@ def test_eval_app_and_pipeline_template_the_same_file_alike(tmp_path, micro_worl
         )
     )
     cfg.eval.num_prompts, cfg.eval.warmup_prompts = 10, 0
-    run = Run(cfg, {}, RunPaths(tmp_path / "run"), torch.device("cpu"), "h")
+    run = Run(cfg, {}, RunPaths(tmp_path / "run"), torch.device("cpu"), "h", {})
     assert eval_prompt_ids(run, tokenizer, max_len=10_000) == app
     assert len(app) == 3 and tokenizer.decode(app[1]).endswith("class A:\n<|end|><|assistant|>")
 
@@ -53,3 +53,11 @@ def test_a_malformed_line_is_one_clear_error(tmp_path, tokenizer):
     path.write_text('{"messages": []}\n{"oops": 1}\n')
     with pytest.raises(EvalError, match=r"p.jsonl:2: expected a JSON object with a 'messages' list"):
         read_prompt_ids(path, tokenizer, limit=5)
+
+
+def test_distillation_and_eval_cut_prompts_by_the_same_rule():
+    from distill.chat import prompt_messages as distill_prompt
+
+    u1, a1, u2 = CONVERSATIONS[1]
+    for conversation in ([u1], [u1, a1], [u1, a1, u2], [u1, a1, u2, a1], [u1, a1, a1]):
+        assert distill_prompt(conversation) == prompt_messages(conversation)

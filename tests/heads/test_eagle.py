@@ -11,10 +11,10 @@ from heads.config import Eagle1Config, Eagle3Config
 from heads.eagle import Eagle3Drafter
 from heads.errors import HeadsError
 from heads.families import FAMILIES, write_provenance
-from heads.formats.eagle_export import export_eagle3
 from heads.formats.speculators import load_speculators, speculators_config
 from heads.lint import lint_eagle3
 from heads.vocab import DraftVocab, build_draft_vocab, token_counts
+from tests.exporting import export
 
 IDS = [0, 1, 2]
 
@@ -117,7 +117,7 @@ def test_speculators_export_has_the_documented_fields_and_round_trips(tmp_path, 
         "eval": {},
         "draft_vocab": {"draft_vocab_size": 300, "coverage": 0.97},
     }
-    out = export_eagle3(drafter, tmp_path / "d", verifier, 3)
+    out = export(drafter, tmp_path / "d", verifier=verifier, num_speculative_tokens=3)
     write_provenance(out, {**FAMILIES["eagle3"].describe(out, {}), **provenance})  # as the publish stage adds it
     card = (out / "README.md").read_text()
     assert (

@@ -6,7 +6,7 @@ from transformers import AutoModelForCausalLM
 from heads.config import DraftLMConfig
 from heads.draft_lm import DraftLM
 from heads.families import write_provenance
-from heads.formats.hf_causal import export_draft_lm
+from tests.exporting import export
 
 
 def test_export_loads_with_automodel_and_works_as_assistant_model(tmp_path, target, tokenizer, prompt_ids):
@@ -23,7 +23,7 @@ def test_export_loads_with_automodel_and_works_as_assistant_model(tmp_path, targ
         "recipe": {"recipe_name": "test"},
         "eval": {"tau": 2.0, "alpha": 0.5, "speedup": 1.2, "lossless": True},
     }
-    out = export_draft_lm(drafter, tokenizer, tmp_path / "drafter")
+    out = export(drafter, tmp_path / "drafter", tokenizer=tokenizer)
     write_provenance(out, provenance)
     assert json.loads((out / "drafthub.json").read_text())["kind"] == "draft_lm"
     card = (out / "README.md").read_text()

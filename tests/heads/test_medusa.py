@@ -12,9 +12,9 @@ from eval.sampling import SamplingParams
 from heads.config import MedusaConfig
 from heads.errors import HeadsError
 from heads.families import FAMILIES, write_provenance
-from heads.formats.medusa_vllm import export_medusa
 from heads.medusa import MedusaHeads
 from heads.medusa_tree import build_tree
+from tests.exporting import export
 
 
 def test_fresh_heads_reproduce_the_targets_next_token_logits(target, prompt_ids):
@@ -49,7 +49,7 @@ def test_export_is_vllm_medusa_format_and_round_trips_exactly(tmp_path, target):
         "recipe": {"recipe_name": "test"},
         "eval": {"tau": 1.8, "alpha": 0.3, "speedup": 1.1, "lossless": True},
     }
-    out = export_medusa(heads, tmp_path / "drafter")
+    out = export(heads, tmp_path / "drafter")
     write_provenance(out, {**FAMILIES["medusa"].describe(out, {}), **provenance})  # as the publish stage adds it
 
     config = json.loads((out / "config.json").read_text())

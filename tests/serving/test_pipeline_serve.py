@@ -1,4 +1,5 @@
-"""eval.serve=vllm in the pipeline: the eval stage serves a fresh export, publish ships those exact bytes."""
+"""eval.serve=vllm in the pipeline: the eval stage exports once and serves that directory; publish ships
+those exact bytes."""
 
 import json
 
@@ -24,7 +25,12 @@ def test_pipeline_serves_the_export_it_then_publishes(tmp_path, micro_world):
         "Served check: vLLM" in (run_dir / "drafter" / "README.md").read_text()
         and "**ok**" in (run_dir / "drafter" / "README.md").read_text()
     )
-    assert not list(run_dir.glob(".served-*")) and not (run_dir / ".drafter-candidate").exists()
+    leftovers = [p.name for p in run_dir.iterdir() if p.name.startswith(".") and p.name != ".hydra"]
+    assert not leftovers  # no staging directory or temporary provenance file left behind
+    assert (
+        json.loads((run_dir / "published.json").read_text())["stage_hash"]
+        == json.loads((run_dir / "drafter" / "drafthub.json").read_text())["stage_hash"]
+    )
 
 
 @pytest.mark.needs_vllm

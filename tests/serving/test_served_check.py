@@ -10,11 +10,9 @@ from eval.served import served_figures, served_hook, verdict
 from heads.config import DraftLMConfig, MedusaConfig
 from heads.draft_lm import DraftLM
 from heads.families import family_of_export, write_provenance
-from heads.formats.eagle_export import export_eagle1, export_eagle3
 from heads.formats.fingerprint import served_files_hash
-from heads.formats.hf_causal import export_draft_lm
-from heads.formats.medusa_vllm import export_medusa
 from heads.ngram import NgramDrafter
+from tests.exporting import export
 
 needs_vllm = pytest.mark.needs_vllm  # registered in pyproject.toml
 CFG = EvalConfig(
@@ -54,8 +52,8 @@ def test_fingerprint_ignores_provenance_and_sees_every_served_byte(tmp_path, tar
         target.config,
         tokenizer,
     )
-    a = export_draft_lm(drafter, tokenizer, tmp_path / "a")
-    b = export_draft_lm(drafter, tokenizer, tmp_path / "b")
+    a = export(drafter, tmp_path / "a", tokenizer=tokenizer)
+    b = export(drafter, tmp_path / "b", tokenizer=tokenizer)
     write_provenance(a, _provenance("draft_lm"))
     write_provenance(b, {**_provenance("draft_lm"), "eval": {"tau": 9.0}})
     assert served_files_hash(a) == served_files_hash(b)  # same weights, different card: same served bytes
@@ -83,17 +81,12 @@ def exports(tmp_path_factory, target, tokenizer):
     fit(draft, DraftLMDistillation(target, "fkl", target.config.vocab_size), sampled_text(target), steps=60)
     verifier = {"name_or_path": "toyworld:micro", "architectures": ["LlamaForCausalLM"]}
     return {
-        "draft_lm": export_draft_lm(draft, tokenizer, root / "draft_lm"),
-        "medusa": export_medusa(fit_heads(target, MedusaConfig(num_heads=3, num_layers=1)), root / "medusa"),
-        "eagle3": export_eagle3(fit_eagle(target), root / "eagle3", verifier, 3),
-        "eagle1": export_eagle1(fit_eagle1(target), root / "eagle1"),
-        "ngram": _saved(NgramDrafter(prompt_lookup_min=1, prompt_lookup_max=3), root / "ngram"),
+        "draft_lm": export(draft, root / "draft_lm", tokenizer=tokenizer),
+        "medusa": export(fit_heads(target, MedusaConfig(num_heads=3, num_layers=1)), root / "medusa"),
+        "eagle3": export(fit_eagle(target), root / "eagle3", verifier=verifier, num_speculative_tokens=3),
+        "eagle1": export(fit_eagle1(target), root / "eagle1"),
+        "ngram": export(NgramDrafter(prompt_lookup_min=1, prompt_lookup_max=3), root / "ngram"),
     }
-
-
-def _saved(drafter, path):
-    drafter.save_pretrained(path)
-    return path
 
 
 def _serve(target, tokenizer, micro_world, drafter_dir, prompt_ids, cfg=CFG, served_dir=None):

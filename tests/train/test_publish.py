@@ -14,8 +14,8 @@ from heads.config import DraftLMConfig
 from heads.draft_lm import DraftLM
 from heads.families import write_provenance
 from heads.formats.fingerprint import served_files_hash
-from heads.formats.hf_causal import export_draft_lm
 from tests.conftest import REPO
+from tests.exporting import export
 from train.local_hub import list_drafters, publish_local, read_index
 from train.publish import PublishError, check_publishable, push_to_hub
 
@@ -59,7 +59,7 @@ def _published(path, target, tokenizer, report=None, model_name="toy-draft", min
         "stage_hash": "0123456789abcdef",
         "created": "2026-11-22T10:00:00Z",
     }
-    out = export_draft_lm(drafter, tokenizer, path)
+    out = export(drafter, path, tokenizer=tokenizer)
     write_provenance(out, {**prov, "export_sha256": served_files_hash(out)})
     return out
 
