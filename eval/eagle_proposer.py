@@ -58,10 +58,18 @@ class EagleProposer:
 
     def _append_verified(self, sequences: list[list[int]]) -> None:
         """Entries (features at t, token t+1) for the buffered positions; updates last_hidden."""
+        block = self._verified_block(sequences)
+        if block is not None:
+            out = self.drafter.decode(self.cache, *block)  # (B, width, H)
+            self._advance(out)
+
+    def _verified_block(self, sequences: list[list[int]]):
+        """The buffered positions' entries as decode takes them: fused features (B, W, H), tokens,
+        positions, valid (B, W) (rows with fewer waiting entries pad, invalid); None when none wait."""
         B, device = len(sequences), self.last_hidden.device
         width = max(map(len, self.buffer))
         if width == 0:
-            return
+            return None
         dim = next(row for row in self.buffer if row)[0].shape[-1]
         feats = torch.zeros(B, width, dim, device=device)
         for b, row in enumerate(self.buffer):
@@ -74,7 +82,13 @@ class EagleProposer:
             device=device,
         )
         valid = torch.arange(width, device=device)[None] < torch.tensor(counts, device=device)[:, None]
-        out = self.drafter.decode(self.cache, self.drafter.fuse(feats), tokens, positions, valid)  # (B, width, H)
+        return self.drafter.fuse(feats), tokens, positions, valid
+
+    def _advance(self, out: torch.Tensor) -> None:
+        """After the waiting entries ran (out: (B, ≥W, H), their outputs first): keep each row's last
+        output as last_hidden, count the entries as fed, empty the buffer."""
+        B, device = len(self.buffer), out.device
+        counts = [len(r) for r in self.buffer]
         last = torch.tensor([max(c - 1, 0) for c in counts], device=device)
         has = torch.tensor([c > 0 for c in counts], device=device)
         self.last_hidden = torch.where(has[:, None], out[torch.arange(B, device=device), last], self.last_hidden)
@@ -123,7 +137,8 @@ class EagleProposer:
             tokens.append(token)
             if i + 1 < gamma:
                 hidden = self.drafter.decode(self.cache, hidden, token[:, None], positions + i, valid)
-        return Proposal(torch.stack(tokens, 1), torch.stack(probs, 1) if probs else None)
+        # The verified entries' forward plus γ − 1 single-entry forwards.
+        return Proposal(torch.stack(tokens, 1), torch.stack(probs, 1) if probs else None, draft_forwards=gamma)
 
     def _log_probs(self, draft_logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         """Node scores: log q over the target vocabulary, warped like the target under sampling."""
@@ -190,4 +205,4 @@ class EagleProposer:
         new_par = torch.where(valid, new_par, torch.full_like(new_par, -1))
         toks = torch.where(valid, all_tok.gather(1, order), all_tok.gather(1, order[:, :1]).expand(-1, width))
         point_masses = None if params.greedy else torch.nn.functional.one_hot(toks, self.vocab_size).float()
-        return Proposal(toks, point_masses, new_par)
+        return Proposal(toks, point_masses, new_par, draft_forwards=depth)

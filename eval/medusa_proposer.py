@@ -78,15 +78,15 @@ class MedusaProposer:
         greedy = params.greedy or self.topk_candidates
         if self.tree is None:
             if greedy:
-                return Proposal(logits.argmax(-1))
+                return Proposal(logits.argmax(-1), draft_forwards=1)  # all heads at once
             q = probs_from_logits(logits, params)  # (B, D, V)
-            return Proposal(sample(q, generator), q)
+            return Proposal(sample(q, generator), q, draft_forwards=1)
         batch = logits.shape[0]
         parents = self._parents.expand(batch, -1)
         if greedy:
             ranked = logits.topk(int(self._rank.max()) + 1, dim=-1).indices  # (B, D, R)
-            return Proposal(ranked[:, self._depth, self._rank], None, parents)
+            return Proposal(ranked[:, self._depth, self._rank], None, parents, draft_forwards=1)
         q = probs_from_logits(logits, params)[:, self._depth]  # (B, N, V): node j's q is its head's
         # an independent draw per node
         tokens = torch.multinomial(q.flatten(0, 1), 1, generator=generator).view(batch, -1)
-        return Proposal(tokens, q, parents)
+        return Proposal(tokens, q, parents, draft_forwards=1)

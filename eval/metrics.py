@@ -66,6 +66,18 @@ class Tally:
     outputs: list = field(default_factory=list)
 
 
+def add_block_cost(sweep: list[dict]) -> None:
+    """Each sweep row's drafting time per step relative to the γ = 1 row's (one drafted token), in place.
+
+    ≈ γ for a drafter that runs one forward per token; ≈ 1 for one that drafts the whole block in one
+    forward. Absent when the sweep has no γ = 1 row (trees, or a sweep without it)."""
+    one = next((row for row in sweep if row.get("num_speculative_tokens") == 1), None)
+    if one is None or not one["seconds_per_step"]["draft"]:
+        return
+    for row in sweep:
+        row["block_cost"] = row["seconds_per_step"]["draft"] / one["seconds_per_step"]["draft"]
+
+
 def decode_figures(tally: Tally, ar: Tally, depth: int, is_chain: bool) -> dict:
     """Acceptance, speed and the cost model for one γ (ARCHITECTURE: Metrics)."""
     s = tally.stats
@@ -86,6 +98,8 @@ def decode_figures(tally: Tally, ar: Tally, depth: int, is_chain: bool) -> dict:
         "predicted_speedup_from_tau": predicted_speedup_from_tau(summary["tau"], draft_per_step / target_per_forward),
         "cost_ratio": cost_ratio,
         "draft_tokens_per_step": s.proposed_tokens / s.target_forwards,  # γ for chains, the node count for trees
+        # γ for sequential chains, 1 for a block drafted in one forward (PARD, P-EAGLE, DFlash), 0 for lookups
+        "draft_forwards_per_step": s.draft_forwards / s.target_forwards,
         "tokens_per_second": tally.tokens / tally.seconds,
         "seconds_per_step": {
             "draft": draft_per_step,

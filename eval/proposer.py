@@ -37,6 +37,9 @@ class Proposal:
     draft_probs: Optional[torch.Tensor] = None  # (B, N, V) q each node was drawn from; None when greedy
     parents: Optional[torch.Tensor] = None  # (B, N) parent node index, −1 = root; None = chain
     num_draft: Optional[torch.Tensor] = None  # (B,) real draft nodes per row, the first ones; None = all N
+    # Drafter forward passes this proposal took: γ for a sequential chain, 1 for a block drafted in
+    # one forward (PARD, P-EAGLE, DFlash), 0 for lookups. The report shows it per step.
+    draft_forwards: int = 0
 
 
 @dataclass
@@ -113,7 +116,11 @@ class DraftLMProposer:
             if i + 1 < num_speculative_tokens:  # the last draft token is never fed: it may be rejected
                 out = self.cache.forward(self.model, token[:, None], logits_to_keep=1)
                 logits = out.logits[:, -1, : self.vocab_size]
-        return Proposal(torch.stack(draft_tokens, 1), torch.stack(draft_probs, 1) if draft_probs else None)
+        return Proposal(
+            torch.stack(draft_tokens, 1),
+            torch.stack(draft_probs, 1) if draft_probs else None,
+            draft_forwards=num_speculative_tokens,  # the feed plus γ − 1 single-token forwards
+        )
 
     def _propose_tree(self, root_logits: torch.Tensor, params: SamplingParams, generator=None) -> Proposal:
         """Expand every frontier node into `k` children per depth; root_logits: (B, V)."""
@@ -139,7 +146,7 @@ class DraftLMProposer:
                 out = self.cache.forward(self.model, tokens, parents)
                 frontier_logits = out.logits[:, frontier, : self.vocab_size]
                 self.cache.rollback(verified)  # tree nodes never stay in the draft cache
-        return Proposal(tokens, torch.cat(probs, dim=1) if probs else None, parents)
+        return Proposal(tokens, torch.cat(probs, dim=1) if probs else None, parents, draft_forwards=len(self.tree))
 
     def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
         self.cache.rollback(num_valid)

@@ -15,10 +15,13 @@ from typing import Any, Callable
 import torch
 
 from eval.config import EvalConfig
+from eval.dflash_proposer import DFlashProposer
 from eval.eagle_proposer import EagleProposer
 from eval.errors import EvalError
 from eval.medusa_proposer import MedusaProposer
 from eval.ngram_proposer import NgramProposer
+from eval.pard_proposer import PardProposer
+from eval.peagle_proposer import PEagleProposer
 from eval.proposer import DraftLMProposer, Proposer
 from eval.run import check_settings
 from heads.families import family_of_export
@@ -51,6 +54,24 @@ def _build_draft_lm(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) 
             "a draft LM must share the target's vocabulary"
         )
     return DraftLMProposer(draft, vocab_size, tree=cfg.tree)
+
+
+def _check_block_drafter(settings, cfg: EvalConfig) -> None:
+    if cfg.tree is not None:
+        raise EvalError(
+            f"eval.tree={cfg.tree}: this drafter proposes one block (a chain) per forward, as vLLM serves it; "
+            "set eval.tree=null"
+        )
+
+
+def _build_pard(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> Proposer:
+    _check_block_drafter(drafter, cfg)
+    if drafter.config.vocab_size < vocab_size:
+        raise EvalError(
+            f"{path} scores {drafter.config.vocab_size} tokens but the target's tokenizer has {vocab_size}; "
+            "a PARD drafter must share the target's vocabulary"
+        )
+    return PardProposer(drafter.model, vocab_size, drafter.pard_token, drafter.max_draft_tokens)
 
 
 def _refuse_dynamic_tree(cfg: EvalConfig) -> None:
@@ -115,6 +136,47 @@ def _build_eagle(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> 
     return EagleProposer(drafter, vocab_size, asdict(cfg.dynamic_tree) if cfg.tree == "dynamic" else None)
 
 
+def _check_peagle(settings, cfg: EvalConfig) -> None:
+    """settings: the drafter config (preflight) or the loaded drafter; both carry max_draft_tokens."""
+    _check_block_drafter(settings, cfg)
+    if cfg.num_speculative_tokens > settings.max_draft_tokens:
+        raise EvalError(
+            f"eval.num_speculative_tokens={cfg.num_speculative_tokens} exceeds drafter.max_draft_tokens="
+            f"{settings.max_draft_tokens}: P-EAGLE drafts at most the block it was trained for"
+        )
+
+
+def _build_peagle(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> Proposer:
+    if drafter.arch.target_hidden_size != target.config.hidden_size or drafter.arch.vocab_size < vocab_size:
+        raise EvalError(
+            f"{path} is a P-EAGLE drafter for hidden size {drafter.arch.target_hidden_size} and "
+            f"{drafter.arch.vocab_size} tokens; this target has {target.config.hidden_size} and {vocab_size}"
+        )
+    _check_peagle(drafter, cfg)
+    return PEagleProposer(drafter, vocab_size)
+
+
+def _check_dflash(settings, cfg: EvalConfig) -> None:
+    """settings: the drafter config (preflight) or the loaded drafter (its arch carries block_size)."""
+    _check_block_drafter(settings, cfg)
+    block = getattr(settings, "arch", settings).block_size
+    if cfg.num_speculative_tokens > block - 1:
+        raise EvalError(
+            f"eval.num_speculative_tokens={cfg.num_speculative_tokens} exceeds drafter.block_size − 1 = {block - 1}: "
+            "DFlash drafts at most the mask slots of the block it was trained for"
+        )
+
+
+def _build_dflash(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> Proposer:
+    if drafter.arch.target_hidden_size != target.config.hidden_size or drafter.arch.vocab_size < vocab_size:
+        raise EvalError(
+            f"{path} is a DFlash drafter for hidden size {drafter.arch.target_hidden_size} and "
+            f"{drafter.arch.vocab_size} tokens; this target has {target.config.hidden_size} and {vocab_size}"
+        )
+    _check_dflash(drafter, cfg)
+    return DFlashProposer(drafter, vocab_size)
+
+
 def _check_ngram(settings, cfg: EvalConfig) -> None:
     if cfg.tree is not None:
         raise EvalError(f"eval.tree={cfg.tree}: prompt lookup proposes chains; set eval.tree=null")
@@ -129,10 +191,13 @@ def _build_ngram(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> 
 
 PROPOSERS: dict[str, ProposerEntry] = {
     "draft_lm": ProposerEntry(_build_draft_lm, _check_draft_lm),
+    "pard": ProposerEntry(_build_pard, _check_block_drafter),
     "medusa": ProposerEntry(_build_medusa, _check_medusa),
     "eagle3": ProposerEntry(_build_eagle, _check_eagle),
     "eagle1": ProposerEntry(_build_eagle, _check_eagle),
+    "peagle": ProposerEntry(_build_peagle, _check_peagle),
     "ngram": ProposerEntry(_build_ngram, _check_ngram),
+    "dflash": ProposerEntry(_build_dflash, _check_dflash),
 }
 
 

@@ -62,8 +62,9 @@ acceptance: {r["acceptance_rule"]}.
 | lossless | {r["lossless"]} ({r["lossless_prompts"]}/{s["num_prompts"]} outputs equal the target's greedy output) |
 | recommended `num_speculative_tokens` (fastest γ in the sweep) | {best_gamma} |
 
-Time per step: draft {ms["draft"]:.2f} ms, target forward {ms["target_forward"]:.2f} ms,
-accept/reject and cache {ms["verify_and_cache"]:.2f} ms, other (prefill, loop) {ms["other"]:.2f} ms.
+Time per step: draft {ms["draft"]:.2f} ms in {r["draft_forwards_per_step"]:.2f} drafter forwards,
+target forward {ms["target_forward"]:.2f} ms, accept/reject and cache {ms["verify_and_cache"]:.2f} ms,
+other (prefill, loop) {ms["other"]:.2f} ms.
 
 ## Per-position acceptance
 Share of steps that accepted at least i draft tokens.
@@ -77,15 +78,18 @@ Share of steps that accepted at least i draft tokens.
     if r["gamma_sweep"]:
         sweep = "\n".join(
             f"| {g['num_speculative_tokens']} | {g['tau']:.3f} | {g['alpha']:.3f} | {g['speedup']:.3f}× "
-            f"| {_fmt(g['predicted_speedup'])}× | {g['cost_ratio']:.3f} |"
+            f"| {_fmt(g['predicted_speedup'])}× | {g['cost_ratio']:.3f} | {g['draft_forwards_per_step']:.2f} "
+            f"| {_fmt(g.get('block_cost'))} |"
             for g in r["gamma_sweep"]
         )
         text += f"""
 ## γ sweep
-Same prompts, decoded at each γ; the recommended `num_speculative_tokens` is the fastest.
+Same prompts, decoded at each γ; the recommended `num_speculative_tokens` is the fastest. Block cost:
+drafting time per step ÷ that at γ = 1 (≈ γ when each token takes a drafter forward, ≈ 1 when the
+block is drafted in one).
 
-| γ | τ | α | speedup | predicted | c |
-|---|---|---|---|---|---|
+| γ | τ | α | speedup | predicted | c | drafter forwards/step | block cost |
+|---|---|---|---|---|---|---|---|
 {sweep}
 
 ![τ and speedup vs γ](gamma_sweep.png)

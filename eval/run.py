@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from eval.config import EvalConfig
 from eval.errors import EvalError
-from eval.metrics import Tally, decode_figures
+from eval.metrics import Tally, add_block_cost, decode_figures
 from eval.proposer import Proposer
 from eval.report import write_report
 from eval.sampling import SamplingParams
@@ -152,6 +152,7 @@ def evaluate(
     sweep = [
         decode_figures(spec[g], ar, depth or g, is_chain=depth is None) | {"num_speculative_tokens": g} for g in gammas
     ]
+    add_block_cost(sweep)  # one forward per block or one per token: the sweep's drafting time says which
     main = sweep[gammas.index(cfg.num_speculative_tokens)]
     best = max(sweep, key=lambda row: row["speedup"])
     lossless = params.greedy or acceptance.rule == "exact"

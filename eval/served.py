@@ -166,16 +166,17 @@ def served_check(
     if speculative_config is None:
         raise EvalError(f"vLLM does not serve {family.kind} drafters; set eval.serve=null")
     t0 = time.perf_counter()
-    outputs, (drafts, accepted, per_pos, draft_tokens) = serve_and_decode(
-        target,
-        speculative_config,
-        prompts,
-        max_new_tokens=cfg.max_new_tokens,
-        eos_ids=eos_ids,
-        dtype=dtype,
-        settings=cfg.vllm,
-        trust_remote_code=trust_remote_code,
-    )
+    with family.serve_patch(Path(drafter_dir)):  # the family's workaround for a known vLLM bug, if any
+        outputs, (drafts, accepted, per_pos, draft_tokens) = serve_and_decode(
+            target,
+            speculative_config,
+            prompts,
+            max_new_tokens=cfg.max_new_tokens,
+            eos_ids=eos_ids,
+            dtype=dtype,
+            settings=cfg.vllm,
+            trust_remote_code=trust_remote_code,
+        )
     figures = served_figures(drafts, accepted, per_pos, gamma, draft_tokens)
     equal = sum(o == r for o, r in zip(outputs, reference))
     # Compared as vLLM counts: 1 + accepted drafts per step. Our report's τ (tokens kept per

@@ -29,6 +29,7 @@ class DecodeStats:
     target_seconds: float = 0.0  # the verification forwards
     verify_seconds: float = 0.0  # accept/reject and cache compaction
     target_forwards: int = 0  # verification forwards (one per step, whatever the batch size)
+    draft_forwards: int = 0  # drafter forward passes (γ per step for sequential chains, 1 for parallel drafters)
     proposed_tokens: int = 0  # draft nodes per row and step (γ for a chain); ragged rows: the longest real draft
 
     def add(self, other: "DecodeStats") -> None:
@@ -123,6 +124,7 @@ def speculative_step(
             None if proposal.draft_probs is None else proposal.draft_probs[:, :width],
             None if proposal.parents is None else proposal.parents[:, :width],
             proposal.num_draft,
+            proposal.draft_forwards,
         )
     t1 = _now(device)
     # 2. One target forward over [last token, draft nodes]; the tree mask shows each node only
@@ -157,6 +159,7 @@ def speculative_step(
     stats.target_seconds += t2 - t1
     stats.verify_seconds += _now(device) - t2
     stats.target_forwards += 1
+    stats.draft_forwards += proposal.draft_forwards
     stats.proposed_tokens += num_nodes  # after the cut: only real drafts (the longest row's)
     tokens = proposal.draft_tokens.tolist()  # host sync
     new = [[tokens[b][j] for j in path] + [nxt] for b, (path, nxt) in enumerate(verdicts)]

@@ -152,6 +152,46 @@ out = target.generate(ids, assistant_model=draft, max_new_tokens=128)
 vLLM: `speculative_config={{"method": "draft_model", "model": "THIS_DIRECTORY", "num_speculative_tokens": {gamma}}}`."""
 
 
+def pard_usage(target: str, gamma: int, provenance: dict) -> str:
+    settings = provenance.get("drafter_config") or {}
+    return f"""## Use it
+
+A PARD drafter proposes the whole block of {gamma} tokens in one forward: after the target's bonus
+token it reads {gamma - 1} copies of the mask token `pard_token` = {settings.get("pard_token")} (in
+`config.json`). vLLM:
+
+```python
+from vllm import LLM
+llm = LLM(model="{target}", speculative_config={{"method": "draft_model", "model": "THIS_DIRECTORY",
+          "parallel_drafting": True, "num_speculative_tokens": {gamma}}})
+```
+
+It was trained for blocks of up to {settings.get("max_draft_tokens")} tokens; keep `num_speculative_tokens`
+at or below that. Without `parallel_drafting` vLLM runs it as an ordinary draft model (one forward per
+token), and so does transformers' `assistant_model`."""
+
+
+def peagle_usage(target: str, gamma: int, provenance: dict) -> str:
+    settings = provenance.get("drafter_config") or {}
+    k = settings.get("max_draft_tokens")
+    gamma = min(gamma, k) if isinstance(k, int) else gamma
+    return f"""## Use it
+
+A P-EAGLE drafter is an EAGLE-3 head that proposes all {gamma} tokens in one forward: after the
+bonus slot it reads {gamma - 1} mask slots (mask token id {settings.get("mask_token_id")}, hidden
+`mask_hidden`). vLLM serves this directory as is (speculators format, `speculators_model_type: peagle`
+turns on parallel drafting):
+
+```python
+from vllm import LLM
+llm = LLM(model="{target}", speculative_config={{"method": "eagle3", "model": "THIS_DIRECTORY",
+          "parallel_drafting": True, "num_speculative_tokens": {gamma}}})
+```
+
+It was trained for up to {k} drafts per forward; keep `num_speculative_tokens` at or below that.
+drafthub's engine (chains, lossless): `python -m eval drafter_dir=THIS_DIRECTORY prompts=PROMPTS.jsonl out_dir=OUT`."""
+
+
 def ngram_usage(target: str, gamma: int, provenance: dict) -> str:
     settings = provenance.get("drafter_config") or {}
     lo, hi = settings.get("prompt_lookup_min"), settings.get("prompt_lookup_max")
@@ -205,3 +245,24 @@ def _shape(ev: dict) -> str:
     if settings.get("tree"):
         return f"tree ({ev.get('draft_tokens_per_step', 0):.0f} nodes)"
     return str(settings.get("num_speculative_tokens", "?"))
+
+
+def dflash_usage(target: str, gamma: int, provenance: dict) -> str:
+    settings = provenance.get("drafter_config") or {}
+    block = settings.get("block_size")
+    gamma = block - 1 if isinstance(block, int) else gamma
+    return f"""## Use it
+
+A DFlash drafter proposes a whole block in one forward: after the target's newest token it reads
+{gamma} mask slots (mask token id {settings.get("mask_token_id")}), attending to the target's hidden
+states at layers {settings.get("layer_ids")} (vLLM's `target_layer_ids` in `config.json` are those
+minus one). The target's embeddings and lm_head are shared, so none ships here. vLLM:
+
+```python
+from vllm import LLM
+llm = LLM(model="{target}",
+          speculative_config={{"method": "dflash", "model": "THIS_DIRECTORY", "num_speculative_tokens": {gamma}}})
+```
+
+`num_speculative_tokens` = block_size − 1 = {gamma} is what it was trained for (fewer also work).
+drafthub's engine (chains, lossless): `python -m eval drafter_dir=THIS_DIRECTORY prompts=PROMPTS.jsonl out_dir=OUT`."""

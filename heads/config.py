@@ -35,6 +35,17 @@ class DraftLMConfig:
 
 
 @dataclass
+class PardConfig(DraftLMConfig):
+    """A draft LM trained to propose K tokens in one forward (PARD); every DraftLMConfig field applies."""
+
+    kind: str = "pard"
+    pard_token: Optional[int] = None  # mask id fed after the bonus token; None = a special or unused id of the data
+    max_draft_tokens: int = 8  # K: drafts per forward the objective trains (bonus + K − 1 masks); eval/serving γ ≤ K
+    anchors_per_sequence: int = 16  # training: random positions per sequence, each followed by K − 1 masks
+    mask_loss_weight: float = 1.0  # weight of the masked slots' loss next to the plain next-token loss
+
+
+@dataclass
 class MedusaConfig:
     kind: str = "medusa"
     num_heads: int = 4  # head k predicts the token k+2 ahead; chains propose at most num_heads tokens
@@ -87,3 +98,46 @@ class NgramConfig:
     kind: str = "ngram"
     prompt_lookup_min: int = 2  # shortest suffix n-gram searched for
     prompt_lookup_max: int = 5  # longest suffix n-gram searched for (the longest match wins)
+
+
+@dataclass
+class PEagleConfig(EagleLayerConfig):
+    """P-EAGLE: EAGLE-3 drafting γ tokens in one forward (bonus slot + γ−1 mask slots, vLLM's parallel drafting).
+
+    No `ttt_steps`: in parallel drafting every slot reads either a true target feature (the bonus
+    slot) or the learned mask_hidden (mask slots), never the drafter's own output, so EAGLE-3's
+    training-time test has nothing to simulate; the sequential head is trained in one step.
+    """
+
+    kind: str = "peagle"
+    layer_ids: Optional[List[int]] = None  # target hidden_states ids fused by fc; None = [2, N//2, N−3]
+    draft_vocab_size: int = 32000  # most frequent target tokens the drafter can propose (capped at the target's)
+    norm_before_residual: bool = False  # True: the residual carries hidden_norm(g) instead of g (always written out)
+    # the id written into mask slots; None = picked from the data (heads.vocab.pick_mask_token: an unused
+    # special token, else the highest id the distilled data never contains)
+    mask_token_id: Optional[int] = None
+    max_draft_tokens: int = 8  # K: drafts per forward trained (bonus slot + K−1 masks); eval/serve γ ≤ K
+    anchors_per_sequence: int = 8  # random positions per sequence whose K−1 mask slots are trained per step
+    position_decay: float = 0.8  # weight of draft position k's loss: decay^k (k = 0 is the bonus slot)
+    select_samples: int = 32  # samples held out to score every checkpoint by simulated τ (best kept); 0 = last
+
+
+@dataclass
+class DFlashConfig:
+    """DFlash (block diffusion): one forward drafts block_size − 1 tokens from the target's fused features.
+
+    Layer shape fields: None = the target's (the drafter's width is always the target's hidden size)."""
+
+    kind: str = "dflash"
+    layer_ids: Optional[List[int]] = None  # target hidden_states ids fused by fc (1..N); None = [2, N//2, N−3]
+    block_size: int = 8  # anchor + block_size − 1 mask slots; vLLM serves num_speculative_tokens = block_size − 1
+    # Decoder layers. One is what vLLM 0.32's CPU build serves exactly: its context pass applies
+    # layer 0's k_norm weights to every layer (the served check patches that on CPU, see README).
+    num_hidden_layers: int = 1
+    mask_token_id: Optional[int] = None  # id fed to the mask slots; None = a special or unused id of the data
+    loss_decay: float = 0.87  # weight of mask slot k: decay^(k−1); DFlash's exp(−(k−1)/γ) with γ = 7 is 0.87
+    anchors_per_sequence: int = 16  # training: random anchor blocks per sequence, all in one forward
+    num_attention_heads: Optional[int] = None  # None = the target's
+    num_key_value_heads: Optional[int] = None  # None = the target's
+    head_dim: Optional[int] = None  # None = the target's (hidden / heads when the heads are overridden)
+    intermediate_size: Optional[int] = None  # None = the target's

@@ -13,21 +13,38 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from heads import card
-from heads.config import DraftLMConfig, Eagle1Config, Eagle3Config, MedusaConfig, NgramConfig
+from heads.config import (
+    DFlashConfig,
+    DraftLMConfig,
+    Eagle1Config,
+    Eagle3Config,
+    MedusaConfig,
+    NgramConfig,
+    PardConfig,
+    PEagleConfig,
+)
+from heads.dflash import DFlashDrafter, check_dflash_settings, check_dflash_target
 from heads.draft_lm import DraftLM
 from heads.eagle import Eagle3Drafter
 from heads.eagle1 import Eagle1Drafter
 from heads.errors import HeadsError
+from heads.formats.dflash_export import load_dflash, write_dflash
+from heads.formats.dflash_vllm_cpu import served_patch as dflash_served_patch
 from heads.formats.eagle_export import write_eagle3
 from heads.formats.fingerprint import PROVENANCE_FILES
+from heads.formats.peagle_export import load_peagle, write_peagle
 from heads.formats.speculators import load_speculators
 from heads.medusa import MedusaHeads, check_medusa_settings
 from heads.ngram import NgramDrafter
+from heads.pard import MASK_KEY, PardDrafter, check_mask_token
+from heads.peagle import PEagleDrafter
+from heads.target_features import default_eagle3_layers
 
 SIGNALS = ("tokens", "final_normed", "layer_ids")  # none beyond the tokens; the lm_head input; layer_ids states
 CONFIG = "config.json"
@@ -63,6 +80,12 @@ class Family:
     details: Callable[[dict], str]  # provenance → family-specific card section ("" = none)
     describe: Callable[[Path, dict], dict]  # (export directory, train summary) → provenance entries
     check: Callable[[Any], Any]  # drafter settings → HeadsError naming the first bad one; result unused
+    # (drafter settings, the target's PretrainedConfig) → HeadsError for settings the target rules out (a
+    # mask id outside its vocabulary, layer ids past its depth); run up front wherever the config can be read
+    check_target: Callable[[Any, Any], Any] = lambda settings, target_config: None
+    # export directory → context manager the served check starts vLLM inside (a family's workaround
+    # for a known vLLM bug, e.g. DFlash's CPU k_norm); nullcontext = none
+    serve_patch: Callable[[Path], AbstractContextManager] = lambda export_dir: nullcontext()
 
     def speculative_config(self, export_dir: Path, num_speculative_tokens: int) -> Optional[dict]:
         """vLLM's speculative_config for serving `export_dir`; None when vLLM does not serve the family."""
@@ -97,6 +120,26 @@ def _write_eagle3(job: ExportJob, out: Path) -> None:
     write_eagle3(Eagle3Drafter.from_pretrained(job.checkpoint), out, job.verifier, job.num_speculative_tokens)
 
 
+def _write_peagle(job: ExportJob, out: Path) -> None:
+    write_peagle(PEagleDrafter.from_pretrained(job.checkpoint), out, job.verifier, job.num_speculative_tokens)
+
+
+def _write_dflash(job: ExportJob, out: Path) -> None:
+    write_dflash(DFlashDrafter.from_pretrained(job.checkpoint), out)
+
+
+def _describe_dflash(export_dir: Path, summary: dict) -> dict:
+    config = _read_config(export_dir)
+    return {
+        "drafter_config": {
+            "layer_ids": config["eagle_aux_hidden_state_layer_ids"],
+            "block_size": config["block_size"],
+            "mask_token_id": config["dflash_config"]["mask_token_id"],
+            "num_hidden_layers": config["num_hidden_layers"],
+        }
+    }
+
+
 def _write_ngram(job: ExportJob, out: Path) -> None:
     NgramDrafter.from_config(job.settings).save_pretrained(out)
 
@@ -121,6 +164,38 @@ def _is_causal_lm(config: dict) -> bool:
     """A plain HF causal LM (ours or anyone's), not one of the formats that reuse its architecture name."""
     architectures = config.get("architectures") or []
     return "drafthub_kind" not in config and any(str(a).endswith("ForCausalLM") for a in architectures)
+
+
+def _is_draft_lm(config: dict) -> bool:
+    return _is_causal_lm(config) and MASK_KEY not in config  # with a mask id it drafts in parallel: PARD
+
+
+def _is_pard(config: dict) -> bool:
+    return _is_causal_lm(config) and MASK_KEY in config
+
+
+def _check_pard(settings) -> None:
+    if settings.max_draft_tokens < 2 or settings.anchors_per_sequence < 1:
+        raise HeadsError(
+            f"drafter.max_draft_tokens={settings.max_draft_tokens} must be ≥ 2 (one forward drafts the bonus slot "
+            f"and ≥ 1 mask) and drafter.anchors_per_sequence={settings.anchors_per_sequence} ≥ 1"
+        )
+    if settings.pard_token is not None and settings.pard_token < 0:
+        raise HeadsError(f"drafter.pard_token={settings.pard_token} must be a token id ≥ 0 (or null: picked)")
+
+
+def _check_pard_target(settings, target_config) -> None:
+    if settings.pard_token is not None:
+        check_mask_token(settings.pard_token, target_config.vocab_size, "drafter.pard_token")
+
+
+def _parallel_draft_model(export_dir: Path) -> dict:
+    return {"model": str(export_dir), "parallel_drafting": True}
+
+
+def _describe_pard(export_dir: Path, summary: dict) -> dict:
+    config = _read_config(export_dir)
+    return {"drafter_config": {"pard_token": config[MASK_KEY], "max_draft_tokens": config.get("max_draft_tokens")}}
 
 
 def _describe_medusa(export_dir: Path, summary: dict) -> dict:
@@ -161,6 +236,46 @@ def _check_eagle3(settings) -> None:
         )
 
 
+def _describe_peagle(export_dir: Path, summary: dict) -> dict:
+    described = _describe_eagle3(export_dir, summary)
+    config = _read_config(export_dir)
+    described["drafter_config"] |= {
+        "mask_token_id": config["mask_token_id"],
+        "max_draft_tokens": config["max_draft_tokens"],
+    }
+    return described
+
+
+def _check_peagle(settings) -> None:
+    _check_eagle(settings)
+    ids = settings.layer_ids
+    if ids is not None and (len(ids) != 3 or list(ids) != sorted(set(ids))):
+        raise HeadsError(
+            f"drafter.layer_ids={list(ids)} must be 3 distinct ascending target layer ids "
+            "(vLLM fuses the layers in layer order)"
+        )
+    if settings.max_draft_tokens < 2 or settings.anchors_per_sequence < 1 or settings.draft_vocab_size < 2:
+        raise HeadsError(
+            f"drafter.max_draft_tokens={settings.max_draft_tokens} must be ≥ 2 (the bonus slot and ≥ 1 mask), "
+            f"drafter.anchors_per_sequence={settings.anchors_per_sequence} ≥ 1 and "
+            f"drafter.draft_vocab_size={settings.draft_vocab_size} ≥ 2"
+        )
+    if settings.mask_token_id is not None and settings.mask_token_id < 0:
+        raise HeadsError(f"drafter.mask_token_id={settings.mask_token_id} must be a token id ≥ 0 (or null: picked)")
+
+
+def _check_peagle_target(settings, target_config) -> None:
+    n = target_config.num_hidden_layers
+    ids = list(settings.layer_ids) if settings.layer_ids is not None else default_eagle3_layers(n)
+    if not all(0 <= i <= n for i in ids):
+        raise HeadsError(
+            f"drafter.layer_ids={ids} must lie in 0..{n} for this {n}-layer target"
+            f"{'' if settings.layer_ids is not None else ' (the default [2, N//2, N−3]; set them explicitly)'}"
+        )
+    if settings.mask_token_id is not None:
+        check_mask_token(settings.mask_token_id, target_config.vocab_size, "drafter.mask_token_id")
+
+
 FAMILIES: dict[str, Family] = {
     family.kind: family
     for family in (
@@ -169,7 +284,7 @@ FAMILIES: dict[str, Family] = {
             schema=DraftLMConfig,
             signals="tokens",
             trainable=True,
-            recognizes=_is_causal_lm,
+            recognizes=_is_draft_lm,
             write=_write_draft_lm,
             load=lambda path, target: DraftLM.from_pretrained(path),
             lint=DraftLM.from_pretrained,
@@ -180,6 +295,24 @@ FAMILIES: dict[str, Family] = {
             details=_no_details,
             describe=_nothing,
             check=_no_checks,
+        ),
+        Family(
+            kind="pard",
+            schema=PardConfig,
+            signals="tokens",
+            trainable=True,
+            recognizes=_is_pard,
+            write=_write_draft_lm,  # the native checkpoint already is the HF directory vLLM loads
+            load=lambda path, target: PardDrafter.from_pretrained(path),
+            lint=PardDrafter.from_pretrained,
+            vllm_method="draft_model",
+            vllm_config=_parallel_draft_model,
+            library="transformers",
+            usage=card.pard_usage,
+            details=_no_details,
+            describe=_describe_pard,
+            check=_check_pard,
+            check_target=_check_pard_target,
         ),
         Family(
             kind="medusa",
@@ -216,6 +349,24 @@ FAMILIES: dict[str, Family] = {
             check=_check_eagle3,
         ),
         Family(
+            kind="peagle",
+            schema=PEagleConfig,
+            signals="layer_ids",
+            trainable=True,
+            recognizes=lambda config: config.get("speculators_model_type") == "peagle",
+            write=_write_peagle,
+            load=lambda path, target: load_peagle(path),
+            lint=load_peagle,
+            vllm_method="eagle3",
+            vllm_config=_parallel_draft_model,
+            library="vllm",
+            usage=card.peagle_usage,
+            details=card.eagle3_details,
+            describe=_describe_peagle,
+            check=_check_peagle,
+            check_target=_check_peagle_target,
+        ),
+        Family(
             kind="eagle1",
             schema=Eagle1Config,
             signals="final_normed",
@@ -248,6 +399,25 @@ FAMILIES: dict[str, Family] = {
             details=_no_details,
             describe=_describe_ngram,
             check=NgramDrafter.from_config,
+        ),
+        Family(
+            kind="dflash",
+            schema=DFlashConfig,
+            signals="layer_ids",
+            trainable=True,
+            recognizes=lambda config: config.get("architectures") == ["DFlashDraftModel"],
+            write=_write_dflash,
+            load=load_dflash,  # (path, target): the target's embeddings and lm_head are shared
+            lint=load_dflash,
+            vllm_method="dflash",
+            vllm_config=_model_dir,
+            library="vllm",
+            usage=card.dflash_usage,
+            details=_no_details,
+            describe=_describe_dflash,
+            check=check_dflash_settings,
+            check_target=check_dflash_target,
+            serve_patch=dflash_served_patch,
         ),
     )
 }

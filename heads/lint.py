@@ -72,3 +72,24 @@ def lint_eagle3(config: dict, tensors: dict[str, torch.Tensor]) -> list[str]:
     else:
         problems.append("d2t and t2d must both be present")
     return problems
+
+
+def lint_peagle(config: dict, tensors: dict[str, torch.Tensor]) -> list[str]:
+    """Problems with a P-EAGLE speculators checkpoint: EAGLE-3's, plus the mask token and mask_hidden."""
+    problems = lint_eagle3(config, tensors)
+    layer = config.get("transformer_layer_config") or {}
+    vocab, mask_id = layer.get("vocab_size"), config.get("mask_token_id")
+    if not isinstance(mask_id, int) or not isinstance(vocab, int) or not 0 <= mask_id < vocab:
+        problems.append(
+            f"mask_token_id={mask_id!r} must be an id in 0..vocab_size−1 = {vocab and vocab - 1} "
+            "(vLLM looks it up in the embedding unchecked)"
+        )
+    ids, Ht = config.get("eagle_aux_hidden_state_layer_ids") or [], config.get("target_hidden_size")
+    want = (len(ids) * Ht,) if isinstance(Ht, int) else None
+    got = tuple(tensors["mask_hidden"].shape) if "mask_hidden" in tensors else None
+    if got != want:
+        problems.append(
+            f"mask_hidden has shape {got}, expected {want} (layer ids × target_hidden_size, the pre-fc feature space; "
+            "vLLM refuses to start without it)"
+        )
+    return problems

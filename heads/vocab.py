@@ -64,3 +64,41 @@ def build_draft_vocab(
     covered = counts[chosen].sum().item()
     total = counts.sum().item()
     return DraftVocab(chosen), {"draft_vocab_size": size, "coverage": covered / total if total else 1.0}
+
+
+def pick_mask_token(
+    sequences: Iterable[list[int]],
+    vocab_size: int,
+    special_ids: Iterable[int],
+    exclude=(),
+    setting: str = "drafter.mask_token_id",
+) -> int:
+    """The id parallel drafters (PARD, P-EAGLE, DFlash) write into their masked slots, when not set.
+
+    vLLM feeds it straight into the draft's embedding, so it must be a row the drafter can learn
+    as "unknown token here" without colliding with real text: a special token the data never
+    contains (Llama-3's reserved tokens, an unused chat role), else the highest id the data never
+    contains (the rarest BPE merges). `exclude`: ids that must keep their meaning (pad, end of turn).
+
+    Args:
+        sequences: every token id of the distilled data (prompts and answers).
+    Raises:
+        HeadsError when every id occurs in the data.
+    """
+    from heads.errors import HeadsError
+
+    seen = torch.zeros(vocab_size, dtype=torch.bool)
+    for ids in sequences:
+        seen[torch.tensor([t for t in ids if 0 <= t < vocab_size], dtype=torch.long)] = True
+    unusable = seen.clone()
+    unusable[[t for t in exclude if t is not None and 0 <= t < vocab_size]] = True
+    for t in sorted(int(t) for t in special_ids):
+        if 0 <= t < vocab_size and not unusable[t]:
+            return t
+    free = (~unusable).nonzero().flatten()
+    if not len(free):
+        raise HeadsError(
+            f"every one of the {vocab_size} token ids occurs in the distilled data, so none can serve as the mask "
+            f"token; set {setting} to a reserved token of the target's tokenizer"
+        )
+    return int(free[-1])

@@ -13,7 +13,17 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 
 from eval.proposers import PROPOSERS
-from heads.config import DraftLMConfig, Eagle1Config, Eagle3Config, MedusaConfig, NgramConfig
+from heads.config import (
+    DFlashConfig,
+    DraftLMConfig,
+    Eagle1Config,
+    Eagle3Config,
+    MedusaConfig,
+    NgramConfig,
+    PardConfig,
+    PEagleConfig,
+)
+from heads.dflash import DFlashDrafter
 from heads.draft_lm import DraftLM
 from heads.eagle import Eagle3Drafter
 from heads.eagle1 import Eagle1Drafter
@@ -21,6 +31,8 @@ from heads.errors import HeadsError
 from heads.families import FAMILIES, SIGNALS, ExportJob, family_of_export, get_family, model_card
 from heads.formats.staging import staged_directory
 from heads.medusa import MedusaHeads
+from heads.pard import PardDrafter
+from heads.peagle import PEagleDrafter
 from heads.vocab import build_draft_vocab
 from tests.conftest import REPO
 from train.config import register_configs
@@ -58,7 +70,7 @@ def test_every_family_has_every_table_entry_it_needs(kind):
 
 def test_an_unknown_kind_is_one_line_naming_the_table_and_the_known_kinds():
     with pytest.raises(
-        HeadsError, match=r"drafter.kind='nope' has no entry in the family table .*known kinds: \['draft_lm'"
+        HeadsError, match=r"drafter.kind='nope' has no entry in the family table .*known kinds: \[.*'draft_lm'"
     ):
         get_family("nope")
 
@@ -83,6 +95,9 @@ def _native(kind, target, tokenizer, path):
     if kind == "draft_lm":
         cfg = DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1)
         DraftLM.from_config(cfg, target.config, tokenizer).save_pretrained(path)
+    elif kind == "pard":
+        cfg = PardConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1)
+        PardDrafter.from_config(cfg, target.config, tokenizer, pard_token=4).save_pretrained(path)
     elif kind == "medusa":
         MedusaHeads.from_target(MedusaConfig(num_heads=2), target).save_pretrained(path)
     elif kind == "eagle3":
@@ -90,6 +105,11 @@ def _native(kind, target, tokenizer, path):
         Eagle3Drafter.from_target(Eagle3Config(layer_ids=[0, 1, 2]), target, vocab).save_pretrained(path)
     elif kind == "eagle1":
         Eagle1Drafter.from_target(Eagle1Config(), target).save_pretrained(path)
+    elif kind == "peagle":
+        vocab, _ = build_draft_vocab(torch.ones(target.config.vocab_size), 64)
+        PEagleDrafter.from_target(PEagleConfig(layer_ids=[0, 1, 2]), target, vocab, 5).save_pretrained(path)
+    elif kind == "dflash":
+        DFlashDrafter.from_target(DFlashConfig(layer_ids=[1, 2], num_hidden_layers=2), target, 3).save_pretrained(path)
     else:
         return None
     return path
@@ -97,10 +117,13 @@ def _native(kind, target, tokenizer, path):
 
 SETTINGS = {
     "draft_lm": DraftLMConfig(),
+    "pard": PardConfig(),
     "medusa": MedusaConfig(),
     "eagle3": Eagle3Config(),
     "eagle1": Eagle1Config(),
+    "peagle": PEagleConfig(layer_ids=[0, 1, 2]),
     "ngram": NgramConfig(),
+    "dflash": DFlashConfig(layer_ids=[1, 2]),
 }
 
 

@@ -82,6 +82,8 @@ def contender_row(name: str, run_dir: Path, train: dict, report: dict) -> dict:
         "tau": report["tau"],
         "alpha": report["alpha"],
         "speedup": report["speedup"],
+        "cost_ratio": report["cost_ratio"],
+        "draft_forwards_per_step": report["draft_forwards_per_step"],
         "lossless": report["lossless"],
         "parameters": train["parameters"],
         "train_seconds": train["seconds"],
@@ -125,12 +127,13 @@ def write_comparison(out: Path, comparison: dict) -> None:
 def render_markdown(comparison: dict) -> str:
     rows = comparison["contenders"]
     served = comparison["served_check"]
-    head = "| recipe | drafter | τ | α | speed-up | lossless | parameters | training |" + (
+    head = "| recipe | drafter | τ | α | c | drafter forwards/step | speed-up | lossless | parameters | training |" + (
         " served τ | served check |" if served else ""
     )
-    rule = "|---|---|---|---|---|---|---|---|" + ("---|---|" if served else "")
+    rule = "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if served else "")
     lines = [
-        f"| {r['recipe']} | {r['kind']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['speedup']:.2f}× "
+        f"| {r['recipe']} | {r['kind']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['cost_ratio']:.3f} "
+        f"| {r['draft_forwards_per_step']:.1f} | {r['speedup']:.2f}× "
         f"| {'yes' if r['lossless'] else 'NO'} | {r['parameters'] / 1e6:.2f} M | {r['train_seconds'] / 60:.1f} min |"
         + (f" {_num(r['served_tau'])} | {r['served_verdict'] or '—'} |" if served else "")
         for r in rows
@@ -182,7 +185,7 @@ def _plot(path: Path, rows: list[dict]) -> None:
     fig, axes = pyplot().subplots(1, len(panels), figsize=(3 * len(panels), 3))
     names = [r["recipe"] for r in rows]
     for ax, (key, label, scale) in zip(axes, panels):
-        ax.bar(names, [r[key] * scale for r in rows], color=["C0", "C1", "C2", "C3", "C4"][: len(rows)])
+        ax.bar(names, [r[key] * scale for r in rows], color=[f"C{i % 10}" for i in range(len(rows))])
         ax.set_title(label, fontsize=9)
         ax.tick_params(axis="x", labelrotation=30, labelsize=8)
     save_figure(fig, path)

@@ -20,6 +20,7 @@ def check_run(cfg: RunConfig) -> None:
         raise PipelineError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
     family = get_family(cfg.drafter.kind)  # an unknown kind fails here, naming the known ones
     family.check(cfg.drafter)
+    _check_against_target(family, cfg)
     if family.trainable:
         training_setup(family.kind)
         if cfg.trainer.loss not in LOSSES:
@@ -39,3 +40,17 @@ def check_run(cfg: RunConfig) -> None:
         raise PipelineError(f"eval.serve=vllm: {vllm_missing_reason()}, or set eval.serve=null")
     if cfg.eval.serve and family.vllm_method is None:
         raise PipelineError(f"eval.serve=vllm: vLLM does not serve {family.kind} drafters; set eval.serve=null")
+
+
+def _check_against_target(family, cfg: RunConfig) -> None:
+    """The family's target-dependent checks, from the target's config.json alone (no weights).
+
+    A target whose config cannot be read offline (a hub id not yet downloaded) is checked when the
+    train stage loads it instead."""
+    from train.planner import PlanError, target_config
+
+    try:
+        config = target_config(cfg.target.name_or_path, cfg.target.trust_remote_code)
+    except PlanError:
+        return
+    family.check_target(cfg.drafter, config)

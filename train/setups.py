@@ -16,16 +16,22 @@ import torch
 
 from distill.feature_store import FeatureStore, store_dir, write_features
 from distill.target import eos_token_ids
+from heads.dflash import DFlashDrafter
 from heads.draft_lm import DraftLM
 from heads.eagle import Eagle3Drafter
 from heads.eagle1 import Eagle1Drafter
 from heads.medusa import MedusaHeads
-from heads.vocab import build_draft_vocab, token_counts
+from heads.pard import PardDrafter
+from heads.peagle import PEagleDrafter
+from heads.vocab import build_draft_vocab, pick_mask_token, token_counts
 from train.calibration import calibrate_medusa
 from train.data import collate
+from train.dflash_objective import DFlashDenoising
 from train.errors import PipelineError
 from train.loop import best_weights
 from train.objectives import DraftLMDistillation, Eagle1Distillation, Eagle3TrainingTimeTest, MedusaDistillation
+from train.pard_objective import PardDistillation
+from train.peagle_objective import PEagleParallelDrafting
 
 
 @dataclass
@@ -139,6 +145,54 @@ def _activations_draft_lm(cfg, *, tokens, hidden, layer, vocab, act_bytes, targe
     return 0.0, cfg.drafter.num_hidden_layers * layer + _logits_bytes(tokens, vocab)
 
 
+# --- PARD -----------------------------------------------------------------------------------
+
+
+def mask_token(ctx: TrainContext, key: str, vocab_rows: int) -> int:
+    """drafter.<key>, or an id the distilled data never contains (heads.vocab.pick_mask_token)."""
+    setting = getattr(ctx.cfg.drafter, key)
+    if setting is not None:
+        return setting
+    keep = {ctx.tokenizer.pad_token_id, *eos_token_ids(ctx.target, ctx.tokenizer)}
+    token = pick_mask_token(
+        ctx.dataset["input_ids"], vocab_rows, ctx.tokenizer.all_special_ids, exclude=keep, setting=f"drafter.{key}"
+    )
+    print(f"mask token: id {token} ({ctx.tokenizer.convert_ids_to_tokens(token)!r}), never seen in the distilled data")
+    return token
+
+
+def _prepare_pard(ctx: TrainContext) -> Prepared:
+    cfg, trainer, d = ctx.cfg, ctx.cfg.trainer, ctx.cfg.drafter
+    token = mask_token(ctx, "pard_token", ctx.target.config.vocab_size)
+    drafter = PardDrafter.from_config(
+        d, ctx.target.config, ctx.tokenizer, cfg.target.trust_remote_code, pard_token=token
+    )
+    objective = PardDistillation(
+        ctx.target,
+        trainer.loss,
+        len(ctx.tokenizer),
+        mask_token=token,
+        max_draft_tokens=d.max_draft_tokens,
+        anchors_per_sequence=d.anchors_per_sequence,
+        mask_weight=d.mask_loss_weight,
+        jsd_beta=trainer.jsd_beta,
+        temperature=trainer.kd_temperature,
+    )
+    return Prepared(drafter, objective, ctx.dataset, state={"pard_token": token})
+
+
+def _finish_pard(drafter, prepared: Prepared, ctx: TrainContext) -> dict:
+    return {"pard_token": prepared.state["pard_token"]}
+
+
+def _activations_pard(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_bytes) -> tuple[float, float]:
+    d = cfg.drafter
+    grown = 1 + d.anchors_per_sequence * (d.max_draft_tokens - 1) / cfg.trainer.max_seq_len  # masks lengthen rows
+    # the (L × L) attention bias the masked blocks need, per sequence of the micro-batch
+    bias = (tokens / cfg.trainer.max_seq_len) * (cfg.trainer.max_seq_len * grown) ** 2 * act_bytes
+    return 0.0, grown * (d.num_hidden_layers * layer + _logits_bytes(tokens, vocab)) + bias
+
+
 # --- Medusa -----------------------------------------------------------------------------------
 
 
@@ -182,14 +236,30 @@ def _activations_medusa(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_
 # --- EAGLE-3 ----------------------------------------------------------------------------------
 
 
-def _prepare_eagle3(ctx: TrainContext) -> Prepared:
-    cfg, trainer, dataset = ctx.cfg, ctx.cfg.trainer, ctx.dataset
+def draft_vocab(ctx: TrainContext):
+    """EAGLE-3's reduced vocabulary (heads.vocab.DraftVocab) from the distilled answers, and its coverage report."""
     vocab_rows = ctx.target.get_output_embeddings().weight.shape[0]
-    counts = token_counts(dataset["input_ids"], dataset["loss_mask"], vocab_rows)
+    counts = token_counts(ctx.dataset["input_ids"], ctx.dataset["loss_mask"], vocab_rows)
     vocab, report = build_draft_vocab(
-        counts, cfg.drafter.draft_vocab_size, always=eos_token_ids(ctx.target, ctx.tokenizer)
+        counts, ctx.cfg.drafter.draft_vocab_size, always=eos_token_ids(ctx.target, ctx.tokenizer)
     )
     print(f"draft vocabulary: {vocab.size} tokens cover {report['coverage']:.1%} of the distilled answers' tokens")
+    return vocab, report
+
+
+def held_out_selection(ctx: TrainContext, objective) -> tuple[Any, Optional[Callable]]:
+    """(training rows, sim_τ selector over the last drafter.select_samples rows, or None when 0)."""
+    dataset, trainer = ctx.dataset, ctx.cfg.trainer
+    if not ctx.cfg.drafter.select_samples:
+        return dataset, None
+    # the last samples score each checkpoint; training never sees them
+    train_part, _ = hold_out(dataset, ctx.cfg.drafter.select_samples, trainer.batch_size, "drafter.select_samples")
+    return train_part, sim_tau_selector(objective, dataset, len(train_part), ctx)  # rows keep their index (offline)
+
+
+def _prepare_eagle3(ctx: TrainContext) -> Prepared:
+    cfg = ctx.cfg
+    vocab, report = draft_vocab(ctx)
     drafter = Eagle3Drafter.from_target(cfg.drafter, ctx.target, vocab)
     store = offline_features(ctx, drafter.arch.layer_ids)
     objective = Eagle3TrainingTimeTest(
@@ -200,11 +270,7 @@ def _prepare_eagle3(ctx: TrainContext) -> Prepared:
         decay=cfg.drafter.step_decay,
         store=store,
     )
-    select = None
-    if cfg.drafter.select_samples:  # the last samples score each checkpoint; training never sees them
-        train_part, _ = hold_out(dataset, cfg.drafter.select_samples, trainer.batch_size, "drafter.select_samples")
-        select = sim_tau_selector(objective, dataset, len(train_part), ctx)  # rows keep their index (offline lookups)
-        dataset = train_part
+    dataset, select = held_out_selection(ctx, objective)
     return Prepared(drafter, objective, dataset, select=select, state={"draft_vocab": report})
 
 
@@ -230,6 +296,55 @@ def _activations_eagle3(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_
     )  # attention reads 2H
 
 
+# --- P-EAGLE ----------------------------------------------------------------------------------
+
+
+def _prepare_peagle(ctx: TrainContext) -> Prepared:
+    d = ctx.cfg.drafter
+    vocab, report = draft_vocab(ctx)
+    token = mask_token(ctx, "mask_token_id", ctx.target.get_input_embeddings().weight.shape[0])
+    drafter = PEagleDrafter.from_target(d, ctx.target, vocab, token)
+    store = offline_features(ctx, drafter.arch.layer_ids)
+
+    def objective(seed=None):
+        return PEagleParallelDrafting(
+            ctx.target,
+            drafter.arch.layer_ids,
+            vocab.draft_to_target,
+            max_draft_tokens=d.max_draft_tokens,
+            anchors_per_sequence=d.anchors_per_sequence,
+            decay=d.position_decay,
+            store=store,
+            seed=seed,
+        )
+
+    dataset, select = held_out_selection(ctx, objective(seed=0))  # held-out scores on fixed anchors
+    return Prepared(drafter, objective(), dataset, select=select, state={"draft_vocab": report, "mask_token_id": token})
+
+
+def _finish_peagle(drafter: PEagleDrafter, prepared: Prepared, ctx: TrainContext) -> dict:
+    return _finish_eagle3(drafter, prepared, ctx) | {"mask_token_id": prepared.state["mask_token_id"]}
+
+
+def _meta_peagle(cfg, target, config) -> torch.nn.Module:
+    vocab, _ = build_draft_vocab(torch.zeros(config.vocab_size, device="cpu"), cfg.drafter.draft_vocab_size)
+    return PEagleDrafter.from_target(cfg.drafter, target, vocab, mask_token_id=0)  # the id changes no shape
+
+
+def _peagle_entries(cfg) -> float:
+    """Drafter entries per real token in training: every real entry plus K−1 masks per anchor."""
+    d = cfg.drafter
+    return 1 + d.anchors_per_sequence * (d.max_draft_tokens - 1) / cfg.trainer.max_seq_len
+
+
+def _activations_peagle(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_bytes) -> tuple[float, float]:
+    d, grown = cfg.drafter, _peagle_entries(cfg)
+    target = tokens * 3 * hidden * target_bytes  # the three captured layers
+    entries = tokens * grown
+    scores = (tokens / cfg.trainer.max_seq_len) * (cfg.trainer.max_seq_len * grown) ** 2 * 4  # one (N × N) mask/score
+    return target, grown * 2 * layer + _logits_bytes(entries, min(d.draft_vocab_size, vocab)) + scores
+
+
 # --- EAGLE-1 ----------------------------------------------------------------------------------
 
 
@@ -250,8 +365,52 @@ def _nothing_after(drafter, prepared: Prepared, ctx: TrainContext) -> dict:
     return {}
 
 
+# --- DFlash -----------------------------------------------------------------------------------
+
+
+def _prepare_dflash(ctx: TrainContext) -> Prepared:
+    trainer, d = ctx.cfg.trainer, ctx.cfg.drafter
+    token = mask_token(ctx, "mask_token_id", ctx.target.get_input_embeddings().weight.shape[0])
+    drafter = DFlashDrafter.from_target(d, ctx.target, token)
+    objective = DFlashDenoising(
+        ctx.target,
+        drafter.arch.layer_ids,
+        block_size=d.block_size,
+        mask_token_id=token,
+        anchors_per_sequence=d.anchors_per_sequence,
+        loss=trainer.loss,
+        vocab_size=len(ctx.tokenizer),
+        decay=d.loss_decay,
+        jsd_beta=trainer.jsd_beta,
+        temperature=trainer.kd_temperature,
+    )
+    return Prepared(drafter, objective, ctx.dataset, state={"mask_token_id": token})
+
+
+def _finish_dflash(drafter: DFlashDrafter, prepared: Prepared, ctx: TrainContext) -> dict:
+    return {"mask_token_id": prepared.state["mask_token_id"], "layer_ids": list(drafter.arch.layer_ids)}
+
+
+def _meta_dflash(cfg, target, config) -> torch.nn.Module:
+    mask = cfg.drafter.mask_token_id if cfg.drafter.mask_token_id is not None else 0  # any id: same shapes
+    return DFlashDrafter.from_target(cfg.drafter, target, mask)
+
+
+def _activations_dflash(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_bytes) -> tuple[float, float]:
+    d, seq = cfg.drafter, cfg.trainer.max_seq_len
+    layers = len(d.layer_ids) if d.layer_ids is not None else 3
+    sequences = tokens / seq
+    queries = sequences * min(d.anchors_per_sequence, seq) * d.block_size  # block tokens of the micro-batch
+    keys = seq + min(d.anchors_per_sequence, seq) * d.block_size  # context + blocks each query may see
+    scores = queries * keys * (hidden // 128 or 1) * act_bytes  # attention weights per layer (heads ≈ H / 128)
+    context = tokens * hidden * act_bytes * (2 + 2 * d.num_hidden_layers)  # fc, hidden_norm, K/V per layer
+    blocks = d.num_hidden_layers * (layer * queries / tokens + scores)
+    return tokens * layers * hidden * target_bytes, context + blocks + _logits_bytes(queries, vocab)
+
+
 SETUPS: dict[str, TrainingSetup] = {
     "draft_lm": TrainingSetup(_prepare_draft_lm, _nothing_after, _meta_draft_lm, _activations_draft_lm),
+    "pard": TrainingSetup(_prepare_pard, _finish_pard, _meta_draft_lm, _activations_pard),
     "medusa": TrainingSetup(
         _prepare_medusa,
         _finish_medusa,
@@ -266,6 +425,14 @@ SETUPS: dict[str, TrainingSetup] = {
         unroll=lambda d: d.ttt_steps,
         feature_layers=lambda d: 3,
     ),
+    "peagle": TrainingSetup(
+        _prepare_peagle,
+        _finish_peagle,
+        _meta_peagle,
+        _activations_peagle,
+        unroll=lambda d: 2,  # one forward, real entries plus masks (≈ 2× at anchors·(K−1) ≈ max_seq_len)
+        feature_layers=lambda d: 3,
+    ),
     "eagle1": TrainingSetup(
         _prepare_eagle1,
         _nothing_after,
@@ -273,6 +440,7 @@ SETUPS: dict[str, TrainingSetup] = {
         _activations_eagle1,
         feature_layers=lambda d: 0,
     ),
+    "dflash": TrainingSetup(_prepare_dflash, _finish_dflash, _meta_dflash, _activations_dflash),
 }
 
 

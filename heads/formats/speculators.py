@@ -81,8 +81,20 @@ def load_speculators(path: str | Path) -> Eagle3Drafter:
     problems = lint_eagle3(config, tensors)
     if problems:
         raise HeadsError(f"{path} is not a usable EAGLE-3 checkpoint: {problems[0]}")
+    drafter = Eagle3Drafter(arch_from_config(config))
+    missing, unexpected = drafter.load_state_dict(tensors, strict=False)
+    if missing or unexpected:
+        raise HeadsError(
+            f"{path}/{WEIGHTS} does not match its config: missing {sorted(missing)[:4]}, "
+            f"unexpected {sorted(unexpected)[:4]}"
+        )
+    return drafter
+
+
+def arch_from_config(config: dict) -> EagleArch:
+    """The drafter shape a (linted) speculators config.json describes."""
     layer = config["transformer_layer_config"]
-    arch = EagleArch(
+    return EagleArch(
         hidden_size=layer["hidden_size"],
         num_attention_heads=layer["num_attention_heads"],
         num_key_value_heads=layer["num_key_value_heads"],
@@ -96,14 +108,6 @@ def load_speculators(path: str | Path) -> Eagle3Drafter:
         max_position_embeddings=layer["max_position_embeddings"],
         norm_before_residual=config["norm_before_residual"],
     )
-    drafter = Eagle3Drafter(arch)
-    missing, unexpected = drafter.load_state_dict(tensors, strict=False)
-    if missing or unexpected:
-        raise HeadsError(
-            f"{path}/{WEIGHTS} does not match its config: missing {sorted(missing)[:4]}, "
-            f"unexpected {sorted(unexpected)[:4]}"
-        )
-    return drafter
 
 
 def sglang_tensors(drafter: Eagle3Drafter) -> dict[str, torch.Tensor]:

@@ -17,6 +17,8 @@ def _row(recipe, speedup, tau, lossless=True, verdict=None):
         "speedup": speedup,
         "tau": tau,
         "alpha": 0.5,
+        "cost_ratio": 0.1,
+        "draft_forwards_per_step": 4.0,
         "lossless": lossless,
         "parameters": 1e6,
         "train_seconds": 60.0,

@@ -1,0 +1,121 @@
+"""DFlash drafters in the format vLLM 0.32 serves (`method: dflash`, architecture DFlashDraftModel).
+
+config.json is a Qwen3 config (`model_type: qwen3`, the drafter's layer shape, the target's
+vocab_size) plus `dflash_config: {mask_token_id, target_layer_ids}` — vLLM's target_layer_ids are
+our layer ids minus one (0-based decoder-layer outputs) — and the same ids in our convention as
+top-level `eagle_aux_hidden_state_layer_ids`, which vLLM reads first. No `eagle_config` dict: in
+vLLM's V1 runner one without layer ids would override the DFlash ones with None.
+Tensors carry no `model.` prefix (vLLM adds it): layers.{i}.self_attn.{q,k,v,o}_proj,
+layers.{i}.self_attn.{q,k}_norm, layers.{i}.mlp.{gate,up,down}_proj,
+layers.{i}.{input,post_attention}_layernorm, fc, hidden_norm, norm. No embed_tokens or lm_head
+(vLLM shares the target's) and no mask_hidden (vLLM refuses it). See VLLM-FORMATS.md §3.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from safetensors.torch import load_file, save_file
+
+from heads.dflash import DFlashArch, DFlashDrafter
+from heads.errors import HeadsError
+
+CONFIG, WEIGHTS = "config.json", "model.safetensors"
+ARCHITECTURE = "DFlashDraftModel"
+
+
+def dflash_config(arch: DFlashArch) -> dict:
+    """The export's config.json."""
+    return {
+        "architectures": [ARCHITECTURE],
+        "model_type": "qwen3",
+        "hidden_size": arch.hidden_size,
+        "num_hidden_layers": arch.num_hidden_layers,
+        "num_attention_heads": arch.num_attention_heads,
+        "num_key_value_heads": arch.num_key_value_heads,
+        "head_dim": arch.head_dim,
+        "intermediate_size": arch.intermediate_size,
+        "hidden_act": "silu",
+        "rms_norm_eps": arch.rms_norm_eps,
+        "rope_theta": arch.rope_theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": arch.rope_theta},
+        "max_position_embeddings": arch.max_position_embeddings,
+        "vocab_size": arch.vocab_size,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "use_sliding_window": False,
+        "target_hidden_size": arch.target_hidden_size,
+        "block_size": arch.block_size,  # not read by vLLM: serve with num_speculative_tokens = block_size − 1
+        "eagle_aux_hidden_state_layer_ids": list(arch.layer_ids),
+        "dflash_config": {
+            "mask_token_id": arch.mask_token_id,
+            "target_layer_ids": [i - 1 for i in arch.layer_ids],
+        },
+    }
+
+
+def write_dflash(drafter: DFlashDrafter, out: Path) -> None:
+    """Write the export of `drafter` into the (empty) directory `out`."""
+    out = Path(out)
+    (out / CONFIG).write_text(json.dumps(dflash_config(drafter.arch), indent=2))
+    tensors = {k: v.detach().float().contiguous() for k, v in drafter.state_dict().items()}
+    save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
+
+
+def _arch(config: dict, path: Path) -> DFlashArch:
+    dflash = config.get("dflash_config") or {}
+    layer_ids = config.get("eagle_aux_hidden_state_layer_ids")
+    if layer_ids is None and dflash.get("target_layer_ids") is not None:
+        layer_ids = [i + 1 for i in dflash["target_layer_ids"]]
+    if config.get("architectures") != [ARCHITECTURE] or not layer_ids or dflash.get("mask_token_id") is None:
+        raise HeadsError(
+            f"{path}/{CONFIG} is not a DFlash export (architectures [{ARCHITECTURE}], dflash_config with "
+            "mask_token_id, layer ids)"
+        )
+    if dflash.get("target_layer_ids") is not None and [i + 1 for i in dflash["target_layer_ids"]] != list(layer_ids):
+        raise HeadsError(
+            f"{path}/{CONFIG}: dflash_config.target_layer_ids {dflash['target_layer_ids']} are not "
+            f"eagle_aux_hidden_state_layer_ids {layer_ids} minus one"
+        )
+    rope = config.get("rope_parameters") or {}
+    try:
+        return DFlashArch(
+            hidden_size=config["hidden_size"],
+            num_attention_heads=config["num_attention_heads"],
+            num_key_value_heads=config.get("num_key_value_heads") or config["num_attention_heads"],
+            head_dim=config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"],
+            intermediate_size=config["intermediate_size"],
+            num_hidden_layers=config["num_hidden_layers"],
+            vocab_size=config["vocab_size"],
+            target_hidden_size=config.get("target_hidden_size") or config["hidden_size"],
+            layer_ids=list(layer_ids),
+            block_size=config.get("block_size", 8),
+            mask_token_id=dflash["mask_token_id"],
+            rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+            rope_theta=float(rope.get("rope_theta") or config.get("rope_theta") or 1e6),  # vLLM's default: 1e6
+            max_position_embeddings=config.get("max_position_embeddings", 2048),
+        )
+    except KeyError as e:
+        raise HeadsError(f"{path}/{CONFIG} lacks {e}, which a DFlash export needs") from None
+
+
+def load_dflash(path, target=None) -> DFlashDrafter:
+    """Read an export (checked: config, every tensor name and shape); with `target`, ready to draft."""
+    path = Path(path)
+    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
+        raise HeadsError(f"{path} is not a DFlash export ({CONFIG} and {WEIGHTS})")
+    drafter = DFlashDrafter(_arch(json.loads((path / CONFIG).read_text()), path))
+    tensors = load_file(str(path / WEIGHTS))
+    expected = drafter.state_dict()
+    missing, extra = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
+    if missing or extra:
+        raise HeadsError(f"{path}/{WEIGHTS}: missing tensors {missing[:4]}, unexpected {extra[:4]}")
+    wrong = [k for k in expected if tensors[k].shape != expected[k].shape]
+    if wrong:
+        raise HeadsError(
+            f"{path}/{WEIGHTS}: {wrong[0]} is {tuple(tensors[wrong[0]].shape)}, the config says "
+            f"{tuple(expected[wrong[0]].shape)}"
+        )
+    drafter.load_state_dict(tensors)
+    return drafter.share(target) if target is not None else drafter

@@ -1,0 +1,69 @@
+"""P-EAGLE in the speculators format vLLM serves directly (`speculative_config={"model": DIR}`).
+
+It is EAGLE-3's export (heads/formats/speculators.py) with `speculators_model_type: "peagle"`,
+`speculators_config.algorithm: "peagle"`, `mask_token_id` and a `mask_hidden` tensor
+[len(layer_ids)·target_hidden]. vLLM 0.32 maps "peagle" to method eagle3 with parallel drafting,
+copies mask_token_id to pard_token (transformers_utils/configs/speculators/algos.py update_peagle;
+base.py build_vllm_speculative_config), builds PeagleLlamaForCausalLM (registered as
+llama_eagle3.Eagle3LlamaForCausalLM, which loads any tensor named mask_hidden into its buffer and
+refuses to start without one). `max_draft_tokens` (K, the longest chain trained) is ours;
+vLLM ignores it. No SGLang layout: SGLang has no P-EAGLE loader to target.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from safetensors.torch import load_file, save_file
+
+from heads.errors import HeadsError
+from heads.formats.speculators import CONFIG, WEIGHTS, arch_from_config, speculators_config
+from heads.lint import lint_peagle
+from heads.peagle import PEagleDrafter
+
+
+def peagle_config(drafter: PEagleDrafter, verifier: dict, speculative_tokens: int) -> dict:
+    config = speculators_config(drafter, verifier, speculative_tokens)
+    config["architectures"] = ["PEagleSpeculator"]
+    config["speculators_model_type"] = "peagle"
+    config["speculators_config"]["algorithm"] = "peagle"
+    return {**config, **drafter.native_settings()}  # mask_token_id (vLLM's pard_token), max_draft_tokens
+
+
+def write_peagle(drafter: PEagleDrafter, out: Path, verifier: dict, speculative_tokens: int) -> None:
+    """Write config.json + model.safetensors after the linter passes (HeadsError otherwise)."""
+    config = peagle_config(drafter, verifier, speculative_tokens)
+    tensors = {k: v.detach().contiguous() for k, v in drafter.state_dict().items()}
+    problems = lint_peagle(config, tensors)
+    if problems:
+        raise HeadsError(f"refusing to write a P-EAGLE checkpoint that would not serve: {problems[0]}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / CONFIG).write_text(json.dumps(config, indent=2))
+    save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
+
+
+def load_peagle(path: str | Path) -> PEagleDrafter:
+    """Read a P-EAGLE export back into our drafter (linted first)."""
+    path = Path(path)
+    if not (path / CONFIG).exists() or not (path / WEIGHTS).exists():
+        raise HeadsError(f"{path} is not a P-EAGLE checkpoint: it needs {CONFIG} and {WEIGHTS}")
+    config = json.loads((path / CONFIG).read_text())
+    tensors = load_file(str(path / WEIGHTS))
+    problems = lint_peagle(config, tensors)
+    if problems:
+        raise HeadsError(f"{path} is not a usable P-EAGLE checkpoint: {problems[0]}")
+    k = config.get("max_draft_tokens")
+    if not isinstance(k, int) or k < 1:
+        raise HeadsError(
+            f"{path}/{CONFIG} has max_draft_tokens={k!r}; a P-EAGLE export states the K it was trained for"
+        )
+    drafter = PEagleDrafter(arch_from_config(config), config["mask_token_id"], k)
+    missing, unexpected = drafter.load_state_dict(tensors, strict=False)
+    if missing or unexpected:
+        raise HeadsError(
+            f"{path}/{WEIGHTS} does not match its config: missing {sorted(missing)[:4]}, "
+            f"unexpected {sorted(unexpected)[:4]}"
+        )
+    return drafter

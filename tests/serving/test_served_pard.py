@@ -1,0 +1,46 @@
+"""vLLM serves a PARD export (`draft_model` + `parallel_drafting`) exactly as our engine drafts it."""
+
+import pytest
+import torch
+
+from eval.config import EvalConfig
+from eval.proposers import load_proposer
+from eval.run import evaluate
+from eval.served import served_hook
+from heads.config import PardConfig
+from heads.pard import PardDrafter
+from tests.eval.fitting import fit, sampled_text
+from tests.exporting import export
+from train.pard_objective import PardDistillation
+
+CFG = EvalConfig(
+    num_prompts=6, max_new_tokens=24, num_speculative_tokens=3, gamma_sweep=[], warmup_prompts=0, serve="vllm"
+)
+
+
+@pytest.mark.needs_vllm
+def test_vllm_serves_the_pard_export_as_our_engine_runs_it(tmp_path, target, tokenizer, micro_world, prompt_ids):
+    torch.manual_seed(0)
+    cfg = PardConfig(
+        hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2, max_draft_tokens=4
+    )
+    drafter = PardDrafter.from_config(cfg, target.config, tokenizer, pard_token=4)
+    objective = PardDistillation(target, "fkl", 512, mask_token=4, max_draft_tokens=4, anchors_per_sequence=8)
+    fit(drafter, objective, sampled_text(target), steps=80)
+    out = export(drafter, tmp_path / "drafter", tokenizer=tokenizer)  # no "eagle"/"dflash" in the path (§1)
+    proposer, kind = load_proposer(out, target, len(tokenizer), CFG, "cpu")
+    eos = {tokenizer.eos_token_id}
+    served = served_hook(
+        CFG,
+        target_model=target,
+        target_path=str(micro_world.target_dir),
+        export_dir=out,
+        chain_proposer=lambda: proposer,
+        eos_ids=eos,
+        vocab_size=len(tokenizer),
+    )
+    report = evaluate(target, proposer, prompt_ids, CFG, eos, len(tokenizer), {"kind": kind}, served=served)
+    served = report["served"]
+    assert served["method"] == "draft_model" and served["equal_prompts"] == len(prompt_ids)
+    assert served["verdict"] == "ok", served["reason"]
+    assert served["tau"] > 1.2  # the fitted drafter is accepted, not merely lossless

@@ -1,0 +1,145 @@
+"""DFlash's training objective: denoise random anchor blocks of the target's own samples in one forward.
+
+Per sequence, `anchors_per_sequence` random anchors t are drawn among the positions whose token
+x_t and next token x_{t+1} are assistant-written. Anchor t's block is [x_t, MASK × (B − 1)] at
+positions t … t + B − 1 (B = block_size), exactly what the drafter reads when serving after the
+target emitted x_t. Each block query sees the context features of positions < t (the verified
+tokens whose target features exist) and its whole own block (bidirectional), never another
+block; all anchors of a batch run in one forward with that block-diagonal + context mask.
+Mask slot i (position t + i) is trained towards the target's distribution for token x_{t+i}
+(its logits at t + i − 1) with `trainer.loss`, weighted by decay^(i−1), counting only label
+tokens that are assistant-written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from distill.features import layer_features
+from train.losses import kd_loss
+
+
+@dataclass
+class Blocks:
+    """The anchor blocks of a batch; A anchors per row, B = block size, m = A·B block queries."""
+
+    anchors: torch.Tensor  # (B_rows, A) anchor positions t, ascending per row
+    anchor_valid: torch.Tensor  # (B_rows, A) False: the row had fewer candidates (the block is padding)
+    tokens: torch.Tensor  # (B_rows, m) [x_t, MASK × (B − 1)] per anchor
+    positions: torch.Tensor  # (B_rows, m) t … t + B − 1 per anchor
+    mask: torch.Tensor  # (B_rows, m, T + m) bool: context entries then block entries each query sees
+    label_positions: torch.Tensor  # (B_rows, A, B − 1) position t + i of mask slot i's label (may be ≥ T)
+    label_valid: torch.Tensor  # (B_rows, A, B − 1) the label exists and is assistant-written
+
+
+def anchor_blocks(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    loss_mask: torch.Tensor,
+    block_size: int,
+    num_anchors: int,
+    mask_token_id: int,
+) -> Blocks:
+    """Draw anchors (torch's RNG) and lay out their blocks, attention mask and labels."""
+    rows, T = input_ids.shape
+    device, width = input_ids.device, block_size
+    counts = (loss_mask * attention_mask).bool()  # (B, T) assistant-written tokens
+    candidates = torch.zeros_like(counts)
+    candidates[:, :-1] = counts[:, :-1] & counts[:, 1:]  # x_t and x_{t+1} are the assistant's
+    A = min(num_anchors, T)
+    score = torch.rand(rows, T, device=device).masked_fill(~candidates, -1.0)
+    top = score.topk(A, dim=1)
+    anchors, order = top.indices.sort(dim=1)  # (B, A) ascending
+    anchor_valid = top.values.gather(1, order) >= 0
+    offsets = torch.arange(width, device=device)
+    positions = anchors[..., None] + offsets  # (B, A, W)
+    tokens = torch.full_like(positions, mask_token_id)
+    tokens[..., 0] = input_ids.gather(1, anchors)
+    m = A * width
+    # Context: positions before the anchor that are real tokens; block: only the query's own block.
+    context = (torch.arange(T, device=device) < anchors[..., None]) & attention_mask.bool()[:, None, :]  # (B, A, T)
+    context = context[:, :, None, :].expand(rows, A, width, T).reshape(rows, m, T)
+    block_of = torch.arange(m, device=device) // width
+    own = (block_of[:, None] == block_of[None, :]).expand(rows, m, m)
+    label_positions = positions[..., 1:]  # (B, A, W − 1): slot i predicts the token at its own position
+    inside = label_positions < T
+    label_valid = (
+        anchor_valid[..., None]
+        & inside
+        & counts.gather(1, label_positions.clamp(max=T - 1).flatten(1)).view_as(label_positions)
+    )
+    return Blocks(
+        anchors,
+        anchor_valid,
+        tokens.reshape(rows, m),
+        positions.reshape(rows, m),
+        torch.cat([context, own], dim=-1),
+        label_positions,
+        label_valid,
+    )
+
+
+class DFlashDenoising:
+    """batch → (loss, metrics) for a DFlash drafter, target features and logits from one frozen forward.
+
+    Logged: the weighted loss, per mask slot accuracy `acc{i}` (the drafter's argmax equals the
+    target's argmax for token t+i), and `sim_tau` = 1 + Σ_i Π_{j≤i} acc_j, the accepted length a
+    block would reach if slots erred independently.
+    """
+
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        layer_ids: list[int],
+        *,
+        block_size: int,
+        mask_token_id: int,
+        anchors_per_sequence: int,
+        loss: str,
+        vocab_size: int,
+        decay: float = 0.87,
+        jsd_beta: float = 0.5,
+        temperature: float = 1.0,
+    ):
+        self.target, self.layer_ids, self.block_size = target, list(layer_ids), block_size
+        self.mask_token_id, self.anchors_per_sequence = mask_token_id, anchors_per_sequence
+        self.loss, self.vocab_size, self.decay = loss, vocab_size, decay
+        self.jsd_beta, self.temperature = jsd_beta, temperature
+        self.progress_keys = ["loss", "sim_tau", "acc1"]
+
+    def __call__(self, model, batch):
+        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        rows, T = input_ids.shape
+        with torch.no_grad():
+            features, target_logits = layer_features(self.target, input_ids, attention_mask, self.layer_ids)
+        blocks = anchor_blocks(
+            input_ids,
+            attention_mask,
+            batch["loss_mask"],
+            self.block_size,
+            self.anchors_per_sequence,
+            self.mask_token_id,
+        )
+        context_positions = torch.arange(T, device=input_ids.device).expand(rows, T)
+        logits = model(features, context_positions, blocks.tokens, blocks.positions, blocks.mask)  # (B, m, V)
+        A, W, V = blocks.anchors.shape[1], self.block_size, self.vocab_size
+        valid = blocks.label_valid  # (B, A, W − 1)
+        student = logits.view(rows, A, W, -1)[:, :, 1:, :V][valid]  # (N, V) the mask slots
+        at = blocks.label_positions[valid]  # (N,) label positions
+        row = torch.arange(rows, device=input_ids.device)[:, None, None].expand_as(valid)[valid]
+        teacher = target_logits[row, at - 1, :V]  # (N, V): the target's distribution for token x_at
+        labels = input_ids[row, at]
+        slot = torch.arange(W - 1, device=input_ids.device).expand_as(valid)[valid]  # (N,) mask slot i − 1
+        weight = self.decay ** slot.float()
+        t = self.temperature
+        per_token = kd_loss(self.loss, student / t, None if self.loss == "ce" else teacher / t, labels, self.jsd_beta)
+        loss = (weight * per_token).sum() / weight.sum().clamp(min=1e-9)  # an empty batch gives 0, not NaN
+        with torch.no_grad():
+            hits = (student.argmax(-1) == teacher.argmax(-1)).float()
+            seen = torch.bincount(slot, minlength=W - 1).float()
+            acc = torch.bincount(slot, weights=hits, minlength=W - 1) / seen.clamp(min=1)  # (W − 1,)
+            metrics = {"loss": loss.detach(), "sim_tau": 1 + acc.cumprod(0).sum(), "positions": valid.sum()}
+            metrics |= {f"acc{i + 1}": acc[i] for i in range(W - 1)}
+        return loss, metrics
