@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from heads.eagle import _rope
+from heads.eagle import EagleMLP, _rope
 from heads.errors import HeadsError
 from heads.target_features import default_eagle3_layers
 
@@ -167,17 +167,6 @@ class DFlashAttention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(B, m, -1))
 
 
-class DFlashMLP(nn.Module):
-    def __init__(self, arch: DFlashArch):
-        super().__init__()
-        self.gate_proj = nn.Linear(arch.hidden_size, arch.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(arch.hidden_size, arch.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(arch.intermediate_size, arch.hidden_size, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class DFlashLayer(nn.Module):
     """A Qwen3 decoder layer (pre-norm, q/k norms); its context keys/values come from ctx directly."""
 
@@ -186,7 +175,7 @@ class DFlashLayer(nn.Module):
         self.input_layernorm = nn.RMSNorm(arch.hidden_size, eps=arch.rms_norm_eps)
         self.self_attn = DFlashAttention(arch)
         self.post_attention_layernorm = nn.RMSNorm(arch.hidden_size, eps=arch.rms_norm_eps)
-        self.mlp = DFlashMLP(arch)
+        self.mlp = EagleMLP(arch)  # the same SwiGLU block
 
     def forward(self, x, positions, context_k, context_v, mask) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), positions, context_k, context_v, mask)

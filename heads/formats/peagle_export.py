@@ -12,13 +12,17 @@ vLLM ignores it. No SGLang layout: SGLang has no P-EAGLE loader to target.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from safetensors.torch import load_file, save_file
-
 from heads.errors import HeadsError
-from heads.formats.speculators import CONFIG, WEIGHTS, arch_from_config, speculators_config
+from heads.formats.speculators import (
+    CONFIG,
+    arch_from_config,
+    filled,
+    read_checked,
+    speculators_config,
+    write_checked,
+)
 from heads.lint import lint_peagle
 from heads.peagle import PEagleDrafter
 
@@ -33,37 +37,15 @@ def peagle_config(drafter: PEagleDrafter, verifier: dict, speculative_tokens: in
 
 def write_peagle(drafter: PEagleDrafter, out: Path, verifier: dict, speculative_tokens: int) -> None:
     """Write config.json + model.safetensors after the linter passes (HeadsError otherwise)."""
-    config = peagle_config(drafter, verifier, speculative_tokens)
-    tensors = {k: v.detach().contiguous() for k, v in drafter.state_dict().items()}
-    problems = lint_peagle(config, tensors)
-    if problems:
-        raise HeadsError(f"refusing to write a P-EAGLE checkpoint that would not serve: {problems[0]}")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / CONFIG).write_text(json.dumps(config, indent=2))
-    save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
+    write_checked(out, peagle_config(drafter, verifier, speculative_tokens), drafter, lint_peagle, "a P-EAGLE")
 
 
 def load_peagle(path: str | Path) -> PEagleDrafter:
     """Read a P-EAGLE export back into our drafter (linted first)."""
-    path = Path(path)
-    if not (path / CONFIG).exists() or not (path / WEIGHTS).exists():
-        raise HeadsError(f"{path} is not a P-EAGLE checkpoint: it needs {CONFIG} and {WEIGHTS}")
-    config = json.loads((path / CONFIG).read_text())
-    tensors = load_file(str(path / WEIGHTS))
-    problems = lint_peagle(config, tensors)
-    if problems:
-        raise HeadsError(f"{path} is not a usable P-EAGLE checkpoint: {problems[0]}")
+    config, tensors = read_checked(path, lint_peagle, "a P-EAGLE")
     k = config.get("max_draft_tokens")
     if not isinstance(k, int) or k < 1:
         raise HeadsError(
             f"{path}/{CONFIG} has max_draft_tokens={k!r}; a P-EAGLE export states the K it was trained for"
         )
-    drafter = PEagleDrafter(arch_from_config(config), config["mask_token_id"], k)
-    missing, unexpected = drafter.load_state_dict(tensors, strict=False)
-    if missing or unexpected:
-        raise HeadsError(
-            f"{path}/{WEIGHTS} does not match its config: missing {sorted(missing)[:4]}, "
-            f"unexpected {sorted(unexpected)[:4]}"
-        )
-    return drafter
+    return filled(PEagleDrafter(arch_from_config(config), config["mask_token_id"], k), tensors, path)

@@ -60,28 +60,44 @@ def speculators_config(drafter: Eagle3Drafter, verifier: dict, speculative_token
 
 def save_speculators(drafter: Eagle3Drafter, path: str | Path, verifier: dict, speculative_tokens: int) -> None:
     """Write config.json + model.safetensors after the linter passes (HeadsError otherwise)."""
-    config = speculators_config(drafter, verifier, speculative_tokens)
+    write_checked(path, speculators_config(drafter, verifier, speculative_tokens), drafter, lint_eagle3, "an EAGLE-3")
+
+
+def load_speculators(path: str | Path) -> Eagle3Drafter:
+    """Read a speculators-format EAGLE-3 directory back into our drafter (linted first)."""
+    config, tensors = read_checked(path, lint_eagle3, "an EAGLE-3")
+    return filled(Eagle3Drafter(arch_from_config(config)), tensors, path)
+
+
+def write_checked(path: str | Path, config: dict, drafter: torch.nn.Module, lint, what: str) -> None:
+    """config.json + model.safetensors of `drafter`, refused with the linter's first problem."""
     tensors = {k: v.detach().contiguous() for k, v in drafter.state_dict().items()}
-    problems = lint_eagle3(config, tensors)
+    problems = lint(config, tensors)
     if problems:
-        raise HeadsError(f"refusing to write an EAGLE-3 checkpoint that would not serve: {problems[0]}")
+        raise HeadsError(f"refusing to write {what} checkpoint that would not serve: {problems[0]}")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / CONFIG).write_text(json.dumps(config, indent=2))
     save_file(tensors, str(path / WEIGHTS), metadata={"format": "pt"})
 
 
-def load_speculators(path: str | Path) -> Eagle3Drafter:
-    """Read a speculators-format EAGLE-3 directory back into our drafter (linted first)."""
+def read_checked(path: str | Path, lint, what: str) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(config, tensors) of a speculators-format directory the linter passes (HeadsError otherwise)."""
     path = Path(path)
     if not (path / CONFIG).exists() or not (path / WEIGHTS).exists():
-        raise HeadsError(f"{path} is not an EAGLE-3 checkpoint: it needs {CONFIG} and {WEIGHTS}")
+        raise HeadsError(f"{path} is not {what} checkpoint: it needs {CONFIG} and {WEIGHTS}")
     config = json.loads((path / CONFIG).read_text())
     tensors = load_file(str(path / WEIGHTS))
-    problems = lint_eagle3(config, tensors)
+    problems = lint(config, tensors)
     if problems:
-        raise HeadsError(f"{path} is not a usable EAGLE-3 checkpoint: {problems[0]}")
-    drafter = Eagle3Drafter(arch_from_config(config))
+        raise HeadsError(
+            f"{path} is not a usable {what.removeprefix('an ').removeprefix('a ')} checkpoint: {problems[0]}"
+        )
+    return config, tensors
+
+
+def filled(drafter: torch.nn.Module, tensors: dict[str, torch.Tensor], path) -> torch.nn.Module:
+    """`drafter` with exactly these tensors loaded; HeadsError naming what is missing or extra."""
     missing, unexpected = drafter.load_state_dict(tensors, strict=False)
     if missing or unexpected:
         raise HeadsError(

@@ -122,9 +122,17 @@ def test_every_yaml_is_covered():
         "eagle_llama8b",
         "eagle_llama70b",
         "toy_ngram",
+        "toy_pard",
+        "toy_peagle",
+        "toy_dflash",
+        "pard_llama8b",
+        "dflash_llama8b",
     }
     assert {f"{_group(p)}/{p.stem}" for p in GROUP_YAMLS} >= {
         "drafter/ngram",
+        "drafter/pard",
+        "drafter/peagle",
+        "drafter/dflash",
         "drafter/eagle1",
         "drafter/eagle3",
         "data/sharegpt_ultrachat",

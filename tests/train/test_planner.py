@@ -19,7 +19,7 @@ from train.config import PlanConfig, RunConfig, register_configs
 from train.known_targets import KNOWN_TARGETS
 from train.planner import PlanError, _state_bytes, plan_run, read_launch, target_config
 
-REAL_RECIPES = ["eagle_llama8b", "eagle_llama70b", "medusa_vicuna7b"]
+REAL_RECIPES = ["eagle_llama8b", "eagle_llama70b", "medusa_vicuna7b", "pard_llama8b", "dflash_llama8b"]
 
 
 def _run_config(micro_world, drafter, **plan) -> RunConfig:
