@@ -65,7 +65,7 @@ def _check_block_drafter(settings, cfg: EvalConfig) -> None:
 
 
 def _build_pard(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> Proposer:
-    _check_block_drafter(drafter, cfg)
+    _check_trained_block(drafter, cfg)
     if drafter.config.vocab_size < vocab_size:
         raise EvalError(
             f"{path} scores {drafter.config.vocab_size} tokens but the target's tokenizer has {vocab_size}; "
@@ -136,13 +136,14 @@ def _build_eagle(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> 
     return EagleProposer(drafter, vocab_size, asdict(cfg.dynamic_tree) if cfg.tree == "dynamic" else None)
 
 
-def _check_peagle(settings, cfg: EvalConfig) -> None:
-    """settings: the drafter config (preflight) or the loaded drafter; both carry max_draft_tokens."""
+def _check_trained_block(settings, cfg: EvalConfig) -> None:
+    """PARD and P-EAGLE: chains within the block trained. settings: the drafter config (preflight) or
+    the loaded drafter; both carry max_draft_tokens (None: an export that does not say)."""
     _check_block_drafter(settings, cfg)
-    if cfg.num_speculative_tokens > settings.max_draft_tokens:
+    if settings.max_draft_tokens is not None and cfg.num_speculative_tokens > settings.max_draft_tokens:
         raise EvalError(
             f"eval.num_speculative_tokens={cfg.num_speculative_tokens} exceeds drafter.max_draft_tokens="
-            f"{settings.max_draft_tokens}: P-EAGLE drafts at most the block it was trained for"
+            f"{settings.max_draft_tokens}: the drafter drafts at most the block it was trained for"
         )
 
 
@@ -152,7 +153,7 @@ def _build_peagle(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) ->
             f"{path} is a P-EAGLE drafter for hidden size {drafter.arch.target_hidden_size} and "
             f"{drafter.arch.vocab_size} tokens; this target has {target.config.hidden_size} and {vocab_size}"
         )
-    _check_peagle(drafter, cfg)
+    _check_trained_block(drafter, cfg)
     return PEagleProposer(drafter, vocab_size)
 
 
@@ -191,11 +192,11 @@ def _build_ngram(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> 
 
 PROPOSERS: dict[str, ProposerEntry] = {
     "draft_lm": ProposerEntry(_build_draft_lm, _check_draft_lm),
-    "pard": ProposerEntry(_build_pard, _check_block_drafter),
+    "pard": ProposerEntry(_build_pard, _check_trained_block),
     "medusa": ProposerEntry(_build_medusa, _check_medusa),
     "eagle3": ProposerEntry(_build_eagle, _check_eagle),
     "eagle1": ProposerEntry(_build_eagle, _check_eagle),
-    "peagle": ProposerEntry(_build_peagle, _check_peagle),
+    "peagle": ProposerEntry(_build_peagle, _check_trained_block),
     "ngram": ProposerEntry(_build_ngram, _check_ngram),
     "dflash": ProposerEntry(_build_dflash, _check_dflash),
 }

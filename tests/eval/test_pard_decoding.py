@@ -6,6 +6,7 @@ import torch
 from omegaconf import OmegaConf
 
 from eval.config import EvalConfig
+from eval.errors import EvalError
 from eval.pard_proposer import PardProposer
 from eval.proposers import load_proposer
 from eval.sampling import SamplingParams
@@ -85,3 +86,43 @@ def test_the_mask_token_is_an_unused_special_token_else_the_highest_unused_id():
     assert pick_mask_token(data, 10, special_ids=[0, 1, 2], exclude={0, 1}) == 8  # highest id never seen
     with pytest.raises(HeadsError, match="set drafter.mask_token_id to a reserved token"):
         pick_mask_token([list(range(4))], 4, special_ids=[], exclude=())
+
+
+@pytest.mark.parametrize(
+    ("override", "error", "message"),
+    [
+        ("drafter.pard_token=512", HeadsError, r"drafter.pard_token=512 is outside the vocabulary \(0..511\)"),
+        ("drafter.pard_token=-1", HeadsError, r"drafter.pard_token=-1 must be a token id ≥ 0"),
+        ("drafter.max_draft_tokens=1", HeadsError, r"drafter.max_draft_tokens=1 must be ≥ 2"),
+        ("eval.num_speculative_tokens=9", EvalError, r"exceeds drafter.max_draft_tokens=8"),
+        ("eval.tree=[2,1]", EvalError, r"this drafter proposes one block \(a chain\) per forward"),
+    ],
+)
+def test_bad_settings_stop_the_run_before_any_work(override, error, message):
+    from tests.test_families import _compose
+    from train.preflight import check_run
+
+    cfg = OmegaConf.to_object(_compose("recipe=toy_pard", "target=micro", override))
+    with pytest.raises(error, match=message) as e:
+        check_run(cfg)
+    assert "\n" not in str(e.value)
+
+
+def test_reports_count_drafter_forwards_and_the_block_cost(pard, weak_draft, target, prompt_ids):
+    from eval.metrics import Tally, add_block_cost, decode_figures
+    from eval.proposer import DraftLMProposer
+
+    ar = Tally(seconds=1.0, tokens=10)
+    for proposer, forwards in ((_proposer(pard), 1.0), (DraftLMProposer(weak_draft, 512), 4.0)):
+        tally = Tally()
+        out, tally.stats = speculative_generate(
+            target, proposer, [prompt_ids[2]], 20, 4, GREEDY, eos_ids=set(), vocab_size=512
+        )
+        tally.tokens, tally.seconds = len(out[0]), 1.0
+        assert decode_figures(tally, ar, 4, is_chain=True)["draft_forwards_per_step"] == forwards
+    sweep = [
+        {"num_speculative_tokens": 1, "seconds_per_step": {"draft": 0.002}},
+        {"num_speculative_tokens": 4, "seconds_per_step": {"draft": 0.0025}},
+    ]
+    add_block_cost(sweep)
+    assert [row["block_cost"] for row in sweep] == pytest.approx([1.0, 1.25])
