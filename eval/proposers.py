@@ -126,12 +126,7 @@ def _check_eagle(settings, cfg: EvalConfig) -> None:
 
 
 def _build_eagle(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> Proposer:
-    if drafter.arch.target_hidden_size != target.config.hidden_size or drafter.arch.vocab_size < vocab_size:
-        raise EvalError(
-            f"{path} is an EAGLE drafter for hidden size {drafter.arch.target_hidden_size} "
-            f"and {drafter.arch.vocab_size} "
-            f"tokens; this target has {target.config.hidden_size} and {vocab_size}"
-        )
+    _check_paired(drafter, target, vocab_size, path, "an EAGLE")
     _check_eagle(drafter, cfg)
     return EagleProposer(drafter, vocab_size, asdict(cfg.dynamic_tree) if cfg.tree == "dynamic" else None)
 
@@ -147,12 +142,17 @@ def _check_trained_block(settings, cfg: EvalConfig) -> None:
         )
 
 
-def _build_peagle(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> Proposer:
+def _check_paired(drafter, target, vocab_size: int, path, name: str) -> None:
+    """A drafter reading target features must match the target's width and vocabulary."""
     if drafter.arch.target_hidden_size != target.config.hidden_size or drafter.arch.vocab_size < vocab_size:
         raise EvalError(
-            f"{path} is a P-EAGLE drafter for hidden size {drafter.arch.target_hidden_size} and "
+            f"{path} is {name} drafter for hidden size {drafter.arch.target_hidden_size} and "
             f"{drafter.arch.vocab_size} tokens; this target has {target.config.hidden_size} and {vocab_size}"
         )
+
+
+def _build_peagle(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> Proposer:
+    _check_paired(drafter, target, vocab_size, path, "a P-EAGLE")
     _check_trained_block(drafter, cfg)
     return PEagleProposer(drafter, vocab_size)
 
@@ -169,11 +169,7 @@ def _check_dflash(settings, cfg: EvalConfig) -> None:
 
 
 def _build_dflash(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> Proposer:
-    if drafter.arch.target_hidden_size != target.config.hidden_size or drafter.arch.vocab_size < vocab_size:
-        raise EvalError(
-            f"{path} is a DFlash drafter for hidden size {drafter.arch.target_hidden_size} and "
-            f"{drafter.arch.vocab_size} tokens; this target has {target.config.hidden_size} and {vocab_size}"
-        )
+    _check_paired(drafter, target, vocab_size, path, "a DFlash")
     _check_dflash(drafter, cfg)
     return DFlashProposer(drafter, vocab_size)
 
