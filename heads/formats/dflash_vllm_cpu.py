@@ -3,10 +3,14 @@
 vLLM normalises every draft layer's context keys with one grouped kernel call,
 `ops.rms_norm(out[L, ctx, kv, d], k, weight[L, d])` (qwen3_dflash.py `_normalize_context_k`).
 The CPU kernel reads only weight row 0, so layers ≥ 1 get layer 0's k_norm weights: acceptance
-drops silently (verification keeps the output right). `served_patch` replaces that method with a
-per-layer torch RMSNorm while the served check's engine runs, and runs the engine in this process
-(VLLM_ENABLE_V1_MULTIPROCESSING=0: vLLM's CPU platform forces `spawn`, which would not see a
-patch made here). Nothing changes on a GPU or for one-layer drafters.
+drops silently (verification keeps the output right).
+
+The fix is a vLLM general plugin (`vllm.general_plugins` entry point `drafthub_dflash_cpu_k_norm`
+in pyproject.toml): vLLM loads it in every process it starts — the engine core and its workers
+are spawned, so a patch made only in the caller would not reach them — and it replaces the
+method with a per-layer torch RMSNorm when DRAFTHUB_DFLASH_CPU_K_NORM=1 and no GPU is present.
+The served check sets the variable while it serves a multi-layer DFlash export; users serving
+one on vLLM's CPU build themselves can set it too. Unset, the plugin does nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+ENV = "DRAFTHUB_DFLASH_CPU_K_NORM"
 
 
 def needs_patch(export_dir: Path) -> bool:
@@ -37,29 +41,31 @@ def _per_layer_k_norm(self, all_k):
     return (x * self._k_norm_weights.float()[:, None, None, :]).to(all_k.dtype)
 
 
+def register() -> None:
+    """vLLM general plugin: per-layer context k_norm for DFlash on CPU, when DRAFTHUB_DFLASH_CPU_K_NORM=1."""
+    if os.environ.get(ENV) != "1":
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model
+
+    DFlashQwen3Model._normalize_context_k = _per_layer_k_norm
+
+
 @contextmanager
 def served_patch(export_dir: Path) -> Iterator[None]:
-    """While entered, vLLM engines started in this process serve `export_dir` with per-layer context k_norm."""
+    """While entered, vLLM engines started from this process serve `export_dir` with per-layer context k_norm."""
     if not needs_patch(export_dir):
         yield
         return
-    import torch
-    import vllm.envs as envs
-    from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model
-
-    original, env = DFlashQwen3Model._normalize_context_k, os.environ.get(ENV)
-    threads, affinity = torch.get_num_threads(), os.sched_getaffinity(0)  # an in-process CPU worker rebinds both
-    os.environ[ENV] = "0"
-    envs.disable_envs_cache()  # an engine started earlier in this process may have frozen the variables
-    DFlashQwen3Model._normalize_context_k = _per_layer_k_norm
+    previous = os.environ.get(ENV)
+    os.environ[ENV] = "1"  # inherited by the engine processes vLLM spawns, where the plugin reads it
     try:
         yield
     finally:
-        DFlashQwen3Model._normalize_context_k = original
-        if env is None:
+        if previous is None:
             os.environ.pop(ENV, None)
         else:
-            os.environ[ENV] = env
-        envs.disable_envs_cache()
-        torch.set_num_threads(threads)
-        os.sched_setaffinity(0, affinity)
+            os.environ[ENV] = previous

@@ -5,6 +5,8 @@ layers get deliberately different k_norm weights, so serving them with layer 0's
 every layer — what the unpatched CPU build does — would move the served τ away from ours.
 """
 
+import os
+
 import pytest
 import torch
 
@@ -65,3 +67,28 @@ def test_the_cpu_patch_normalises_each_layers_context_keys_with_its_own_k_norm()
         vllm_cpu = DFlashQwen3Model._normalize_context_k(model, all_k)
         assert torch.allclose(vllm_cpu[0], reference[0], atol=1e-5)
         assert not torch.allclose(vllm_cpu[1], reference[1], atol=1e-2)
+
+
+def test_the_vllm_plugin_patches_dflash_only_when_asked(monkeypatch, tmp_path):
+    """The entry point vLLM loads in each engine process acts only under DRAFTHUB_DFLASH_CPU_K_NORM=1,
+    which the served check sets for multi-layer exports on CPU."""
+    pytest.importorskip("vllm")
+    from importlib.metadata import entry_points
+
+    from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model
+
+    from heads.formats.dflash_vllm_cpu import ENV, _per_layer_k_norm, register, served_patch
+
+    assert "heads.formats.dflash_vllm_cpu:register" in {e.value for e in entry_points(group="vllm.general_plugins")}
+    original = DFlashQwen3Model._normalize_context_k
+    monkeypatch.setattr(DFlashQwen3Model, "_normalize_context_k", original)  # restored after the test
+    monkeypatch.delenv(ENV, raising=False)
+    register()
+    assert DFlashQwen3Model._normalize_context_k is original
+    two_layers = tmp_path / "two"
+    two_layers.mkdir()
+    (two_layers / "config.json").write_text('{"num_hidden_layers": 2}')
+    with served_patch(two_layers):
+        register()  # what vLLM does in the engine processes it spawns, which inherit the variable
+    assert (DFlashQwen3Model._normalize_context_k is _per_layer_k_norm) == (not torch.cuda.is_available())
+    assert ENV not in os.environ

@@ -1,4 +1,4 @@
-"""Drafter bake-off: three families on one dataset and one evaluation, one recommendation."""
+"""Drafter bake-off: six families on one dataset and one evaluation, one recommendation."""
 
 import json
 
@@ -58,7 +58,7 @@ def test_recommendation_is_the_fastest_trustworthy_drafter():
 
 
 @pytest.mark.slow
-def test_bakeoff_trains_three_families_on_the_same_data_and_evaluates_them_alike(tmp_path, micro_world):
+def test_bakeoff_trains_every_family_on_the_same_data_and_evaluates_them_alike(tmp_path, micro_world):
     register_configs()
 
     def quoted(*o):
@@ -81,12 +81,15 @@ def test_bakeoff_trains_three_families_on_the_same_data_and_evaluates_them_alike
                 f"+bakeoff.overrides.toy_medusa={quoted('drafter.holdout_samples=4')}",
                 "+bakeoff.overrides.toy_eagle="
                 + quoted("drafter.select_samples=4", "drafter.layer_ids=[0,1,2]", "drafter.draft_vocab_size=256"),
+                "+bakeoff.overrides.toy_peagle="
+                + quoted("drafter.select_samples=4", "drafter.layer_ids=[0,1,2]", "drafter.draft_vocab_size=256"),
+                f"+bakeoff.overrides.toy_dflash={quoted('drafter.layer_ids=[1,2]')}",
             ],
         )
         comparison = run_pipeline(cfg)["bakeoff"]
     root = tmp_path / "bake"
     rows = comparison["contenders"]
-    assert [r["kind"] for r in rows] == ["draft_lm", "medusa", "eagle3"]
+    assert [r["kind"] for r in rows] == ["draft_lm", "medusa", "eagle3", "pard", "peagle", "dflash"]
     for r in rows:
         run = root / r["recipe"]
         assert (run / "data").resolve() == (root / "data").resolve()  # one distilled dataset for all
@@ -100,6 +103,9 @@ def test_bakeoff_trains_three_families_on_the_same_data_and_evaluates_them_alike
         assert (
             r["lossless"] and r["parameters"] == summary["parameters"] > 0 and r["train_seconds"] == summary["seconds"]
         )
+    # one drafter forward per step for the parallel families (and Medusa's heads), γ for sequential chains
+    forwards = {r["kind"]: r["draft_forwards_per_step"] for r in rows}
+    assert forwards == {"draft_lm": 4, "medusa": 1, "eagle3": 4, "pard": 1, "peagle": 1, "dflash": 1}
     best = recommend(rows)
     assert best["recipe"] in {r["recipe"] for r in rows} and comparison["recommended"] == best
     saved = json.loads((root / "bakeoff" / "comparison.json").read_text())
