@@ -19,22 +19,17 @@ none. Module names are the export's tensor names.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from heads.eagle import EagleMLP, _rope
 from heads.errors import HeadsError
+from heads.native import read_native, save_native
 from heads.target_features import default_eagle3_layers
-
-CONFIG, WEIGHTS = "config.json", "model.safetensors"
-NATIVE_KEY = "drafthub_kind"  # names the family in a native checkpoint's config.json
 
 
 def check_dflash_settings(settings) -> None:
@@ -220,24 +215,15 @@ class DFlashDrafter(nn.Module):
         return tuple(self.arch.layer_ids)
 
     def save_pretrained(self, path) -> None:
-        """The native checkpoint: the architecture as config.json, the drafter's own weights as safetensors."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / CONFIG).write_text(json.dumps({NATIVE_KEY: self.kind, "arch": asdict(self.arch)}, indent=2))
-        tensors = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
-        save_file(tensors, str(path / WEIGHTS), metadata={"format": "pt"})
+        """The native checkpoint (heads/native.py): the architecture and the drafter's own weights."""
+        save_native(path, self.kind, {"arch": asdict(self.arch)}, self)
 
     @classmethod
     def from_pretrained(cls, path, target=None) -> "DFlashDrafter":
         """Load a native checkpoint (exports load with heads.formats.dflash_export.load_dflash)."""
-        path = Path(path)
-        config = json.loads((path / CONFIG).read_text()) if (path / CONFIG).exists() else {}
-        if config.get(NATIVE_KEY) != cls.kind or not (path / WEIGHTS).exists():
-            raise HeadsError(
-                f"{path} is not a native DFlash checkpoint (config.json with {NATIVE_KEY}: dflash, {WEIGHTS})"
-            )
+        config, tensors = read_native(path, cls.kind, "DFlash")
         drafter = cls(DFlashArch(**config["arch"]))
-        drafter.load_state_dict(load_file(str(path / WEIGHTS)))
+        drafter.load_state_dict(tensors)
         return drafter.share(target) if target is not None else drafter
 
     def _shared(self) -> tuple[torch.Tensor, torch.Tensor]:

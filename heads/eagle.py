@@ -21,21 +21,16 @@ writes it from the native checkpoint).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from heads.errors import HeadsError
+from heads.native import read_native, save_native
 from heads.target_features import default_eagle3_layers
-
-CONFIG, WEIGHTS = "config.json", "model.safetensors"
-NATIVE_KEY = "drafthub_kind"  # names the family in a native checkpoint's config.json
 
 
 @dataclass
@@ -277,27 +272,19 @@ class Eagle3Drafter(nn.Module):
         return drafter
 
     def save_pretrained(self, path) -> None:
-        """The native checkpoint: the architecture as config.json, the weights as safetensors.
+        """The native checkpoint (heads/native.py): no serving settings (γ, verifier); the export
+        (heads/formats/speculators.py) writes those, once, from this checkpoint."""
+        save_native(path, self.kind, self.native_config(), self)
 
-        It carries no serving settings (γ, verifier): the export writes those
-        (heads/formats/speculators.py), once, from this checkpoint."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / CONFIG).write_text(json.dumps({NATIVE_KEY: self.kind, "arch": asdict(self.arch)}, indent=2))
-        tensors = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
-        save_file(tensors, str(path / WEIGHTS), metadata={"format": "pt"})
+    def native_config(self) -> dict:
+        return {"arch": asdict(self.arch)}
 
     @classmethod
     def from_pretrained(cls, path) -> "Eagle3Drafter":
         """Load a native checkpoint written by save_pretrained (exports load with load_speculators)."""
-        path = Path(path)
-        config = json.loads((path / CONFIG).read_text()) if (path / CONFIG).exists() else {}
-        if config.get(NATIVE_KEY) != cls.kind or not (path / WEIGHTS).exists():
-            raise HeadsError(
-                f"{path} is not a native EAGLE-3 checkpoint (config.json with {NATIVE_KEY}: eagle3, {WEIGHTS})"
-            )
+        config, tensors = read_native(path, cls.kind, "EAGLE-3")
         drafter = cls(EagleArch(**config["arch"]))
-        drafter.load_state_dict(load_file(str(path / WEIGHTS)))
+        drafter.load_state_dict(tensors)
         return drafter
 
     @property

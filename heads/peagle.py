@@ -15,17 +15,13 @@ a few anchors per sequence, in one attention over [real entries ; mask entries].
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from torch import nn
 
-from heads.eagle import CONFIG, NATIVE_KEY, WEIGHTS, Eagle3Drafter, EagleArch
+from heads.eagle import Eagle3Drafter, EagleArch
 from heads.errors import HeadsError
+from heads.native import read_native
 
 
 class PEagleDrafter(Eagle3Drafter):
@@ -48,25 +44,18 @@ class PEagleDrafter(Eagle3Drafter):
         drafter.embed_tokens.weight.requires_grad_(False)  # the target's embeddings, shared as vLLM shares them
         return drafter
 
-    def save_pretrained(self, path) -> None:
-        """The native checkpoint: EAGLE-3's, with the mask token id and K in config.json."""
-        super().save_pretrained(path)
-        config = {**self.native_settings(), NATIVE_KEY: self.kind, "arch": asdict(self.arch)}
-        (Path(path) / CONFIG).write_text(json.dumps(config, indent=2))
+    def native_config(self) -> dict:
+        """EAGLE-3's native config plus the mask token id and K."""
+        return {**super().native_config(), **self.native_settings()}
 
     def native_settings(self) -> dict:
         return {"mask_token_id": self.mask_token_id, "max_draft_tokens": self.max_draft_tokens}
 
     @classmethod
     def from_pretrained(cls, path) -> "PEagleDrafter":
-        path = Path(path)
-        config = json.loads((path / CONFIG).read_text()) if (path / CONFIG).exists() else {}
-        if config.get(NATIVE_KEY) != cls.kind or not (path / WEIGHTS).exists():
-            raise HeadsError(
-                f"{path} is not a native P-EAGLE checkpoint (config.json with {NATIVE_KEY}: peagle, {WEIGHTS})"
-            )
+        config, tensors = read_native(path, cls.kind, "P-EAGLE")
         drafter = cls(EagleArch(**config["arch"]), config["mask_token_id"], config["max_draft_tokens"])
-        drafter.load_state_dict(load_file(str(path / WEIGHTS)))
+        drafter.load_state_dict(tensors)
         return drafter
 
     def mask_entry(self) -> torch.Tensor:
