@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from distill.features import layer_features
+from train.anchors import sample_anchors
 from train.losses import kd_loss
 
 
@@ -48,11 +49,10 @@ def anchor_blocks(
     counts = (loss_mask * attention_mask).bool()  # (B, T) assistant-written tokens
     candidates = torch.zeros_like(counts)
     candidates[:, :-1] = counts[:, :-1] & counts[:, 1:]  # x_t and x_{t+1} are the assistant's
-    A = min(num_anchors, T)
-    score = torch.rand(rows, T, device=device).masked_fill(~candidates, -1.0)
-    top = score.topk(A, dim=1)
-    anchors, order = top.indices.sort(dim=1)  # (B, A) ascending
-    anchor_valid = top.values.gather(1, order) >= 0
+    drawn, drawn_valid = sample_anchors(candidates, num_anchors)
+    A = drawn.shape[1]
+    anchors, order = drawn.sort(dim=1)  # (B, A) ascending
+    anchor_valid = drawn_valid.gather(1, order)
     offsets = torch.arange(width, device=device)
     positions = anchors[..., None] + offsets  # (B, A, W)
     tokens = torch.full_like(positions, mask_token_id)

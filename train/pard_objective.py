@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from train.anchors import sample_anchors
 from train.losses import kd_loss
 
 
@@ -24,12 +25,9 @@ def anchor_positions(counts: torch.Tensor, num_anchors: int, generator=None) -> 
         anchors (B, A) positions and (B, A) bool: real anchor (a row with fewer candidates pads with
         invalid ones).
     """
-    B, T = counts.shape
     candidate = torch.zeros_like(counts)
     candidate[:, :-1] = counts[:, 1:]  # anchor t predicts t+1 at its own slot
-    scores = torch.rand(B, T, generator=generator, device=counts.device).masked_fill(~candidate, -1.0)
-    top = scores.topk(min(num_anchors, T), dim=1)
-    return top.indices, top.values >= 0
+    return sample_anchors(candidate, num_anchors, generator)
 
 
 def masked_block_inputs(

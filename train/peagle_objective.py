@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from train.anchors import sample_anchors
 from train.objectives import Eagle3TrainingTimeTest
 
 
@@ -28,13 +29,7 @@ def pick_anchors(counts: torch.Tensor, anchors: int, generator=None) -> tuple[to
         anchors (B, A) positions, A = min(anchors, T−2), and (B, A) bool which of them are real
         (a row with fewer candidates pads with unusable ones).
     """
-    B, T = counts.shape
-    candidates = counts[:, 2:]  # (B, T−2): anchor t's first label is token t+2
-    A = max(min(anchors, T - 2), 0)
-    score = torch.rand(candidates.shape, device=counts.device, generator=generator)
-    score = torch.where(candidates, score, torch.full_like(score, -1.0))
-    top, positions = score.topk(A, dim=-1)  # (B, A)
-    return positions, top >= 0
+    return sample_anchors(counts[:, 2:], anchors, generator)  # (B, T−2): anchor t's first label is token t+2
 
 
 class PEagleParallelDrafting(Eagle3TrainingTimeTest):
