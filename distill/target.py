@@ -28,9 +28,10 @@ def toyworld_prompts(name_or_path: str, split: str):
     if not name_or_path.startswith(TOYWORLD_PREFIX):
         return None
     from distill.toyworld import load_world
+    from distill.toyworld.build import SPLITS
 
-    if split not in ("train", "heldout"):
-        raise DistillError(f"the toy world has prompt splits 'train' and 'heldout', not {split!r}; set data.split")
+    if split not in SPLITS:
+        raise DistillError(f"the toy world has prompt splits {list(SPLITS)}, not {split!r}; set data.split")
     return load_world(name_or_path[len(TOYWORLD_PREFIX) :]).prompts_file(split)
 
 

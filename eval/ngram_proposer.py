@@ -21,6 +21,11 @@ A row may therefore draft anywhere from 0 to k tokens; `Proposal.num_draft` says
 proposal is deterministic, so q is one-hot at each draft token (rejection sampling then accepts
 token x with probability p(x) and resamples from p with x removed: lossless).
 
+Trees (drafthub only; vLLM serves the chain): with num_matches = k > 1 the proposer collects the
+continuations of up to k occurrences of the longest matching n-gram, most recent first, and merges
+them into a trie, so one verification forward tries several guesses. q is one-hot at every node;
+distinct siblings make tree rejection sampling lossless (a rejected sibling's token leaves p).
+
 GPU note: vLLM's V2 model runner (the GPU default when Triton is present) maps `ngram` to
 `NgramGPUSpeculator` instead, which takes the LATEST occurrence and always drafts k tokens,
 filling missing ones with the last sampled token. This proposer reproduces V1 only.
@@ -41,6 +46,31 @@ from eval.proposer import Proposal, TargetFeatures
 from eval.sampling import SamplingParams
 
 
+def _suffix_matches(tokens: np.ndarray, prompt_lookup_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every earlier position e ≤ T − 2 where the context's last token recurs, ascending, and how many
+    tokens of the context's suffix (capped at prompt_lookup_max) match ending there: (ends, lengths)."""
+    total = tokens.shape[0]
+    ends = np.flatnonzero(tokens[:-1] == tokens[-1])  # ascending
+    length = np.zeros(ends.shape[0], dtype=np.int64)  # matched suffix length ending at each e, capped
+    alive = np.ones(ends.shape[0], dtype=bool)
+    for j in range(prompt_lookup_max):
+        pos = ends - j
+        ok = pos >= 0
+        alive &= ok
+        alive[ok] &= tokens[pos[ok]] == tokens[total - 1 - j]
+        if not alive.any():
+            break
+        length += alive
+    return ends, length
+
+
+def _draft_budget(total: int, prompt_lookup_min: int, k: int, max_model_len: Optional[int]) -> int:
+    """Draft tokens allowed: k, capped at max_model_len; 0 when the context is too short to match."""
+    if max_model_len is not None:
+        k = min(k, max_model_len - total)
+    return 0 if total < prompt_lookup_min else k
+
+
 def find_ngram_continuation(
     tokens: np.ndarray, prompt_lookup_min: int, prompt_lookup_max: int, k: int, max_model_len: Optional[int] = None
 ) -> np.ndarray:
@@ -54,31 +84,69 @@ def find_ngram_continuation(
     Returns:
         (n,) proposed tokens, 0 ≤ n ≤ k (empty when nothing matches).
     """
-    total = tokens.shape[0]
-    if max_model_len is not None:
-        k = min(k, max_model_len - total)
-    if total < prompt_lookup_min or k <= 0:
+    k = _draft_budget(tokens.shape[0], prompt_lookup_min, k, max_model_len)
+    if k <= 0:
         return tokens[:0]
-    # Candidate occurrences by their last position e ≤ T − 2 (at least one token must follow).
-    ends = np.flatnonzero(tokens[:-1] == tokens[-1])  # ascending
-    length = np.zeros(ends.shape[0], dtype=np.int64)  # matched suffix length ending at each e, capped
-    alive = np.ones(ends.shape[0], dtype=bool)
-    for j in range(prompt_lookup_max):
-        pos = ends - j
-        ok = pos >= 0
-        alive &= ok
-        alive[ok] &= tokens[pos[ok]] == tokens[total - 1 - j]
-        if not alive.any():
-            break
-        length += alive
+    ends, length = _suffix_matches(tokens, prompt_lookup_max)
     if not length.size or length.max() < prompt_lookup_min:
         return tokens[:0]
     start = ends[np.argmax(length == length.max())] + 1  # argmax: the first, i.e. earliest, occurrence
     return tokens[start : start + k]
 
 
+def find_ngram_continuations(
+    tokens: np.ndarray,
+    prompt_lookup_min: int,
+    prompt_lookup_max: int,
+    k: int,
+    num_matches: int,
+    max_model_len: Optional[int] = None,
+) -> list[np.ndarray]:
+    """The ≤ k tokens after each of up to `num_matches` occurrences of the longest matching suffix
+    n-gram, most recent occurrence first, distinct continuations only (a tree's branches).
+
+    Returns:
+        a list of (n_i,) token arrays, 1 ≤ n_i ≤ k; empty when nothing matches.
+    """
+    k = _draft_budget(tokens.shape[0], prompt_lookup_min, k, max_model_len)
+    if k <= 0:
+        return []
+    ends, length = _suffix_matches(tokens, prompt_lookup_max)
+    if not length.size or length.max() < prompt_lookup_min:
+        return []
+    found, seen = [], set()
+    for end in ends[length == length.max()][::-1]:  # most recent first
+        continuation = tokens[end + 1 : end + 1 + k]
+        key = continuation.tobytes()
+        if key not in seen:
+            seen.add(key)
+            found.append(continuation)
+            if len(found) == num_matches:
+                break
+    return found
+
+
+def merge_branches(branches: list[np.ndarray]) -> tuple[list[int], list[int]]:
+    """Branches (token chains from the root) merged into a trie: (tokens, parents) in topological
+    order, parent −1 = the root; shared prefixes become one node, so siblings are distinct tokens."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    children: dict[tuple[int, int], int] = {}  # (parent node, token) → node
+    for branch in branches:
+        node = -1
+        for token in branch.tolist():
+            child = children.get((node, token))
+            if child is None:
+                child = children[(node, token)] = len(tokens)
+                tokens.append(token)
+                parents.append(node)
+            node = child
+    return tokens, parents
+
+
 class NgramProposer:
-    """Chains copied from earlier in each row's own sequence (prompt lookup), as vLLM's `ngram`.
+    """Chains copied from earlier in each row's own sequence (prompt lookup), as vLLM's `ngram`; or,
+    with num_matches > 1, a tree of the continuations of several occurrences (our engine only).
 
     Stateless apart from a per-row numpy copy of the verified tokens, appended to as rows grow.
     """
@@ -94,13 +162,16 @@ class NgramProposer:
         prompt_lookup_max: int,
         vocab_size: int,
         max_model_len: Optional[int] = None,  # vLLM's cap: no draft reaches past it; None = no cap
+        num_matches: int = 1,  # 1 = vLLM's chain; k > 1 = a tree of up to k matches' continuations
     ):
         if not 1 <= prompt_lookup_min <= prompt_lookup_max:
             raise ValueError(
                 f"need 1 ≤ prompt_lookup_min ≤ prompt_lookup_max, got {prompt_lookup_min} and {prompt_lookup_max}"
             )
         self.prompt_lookup_min, self.prompt_lookup_max = prompt_lookup_min, prompt_lookup_max
-        self.vocab_size, self.max_model_len = vocab_size, max_model_len
+        if num_matches < 1:
+            raise ValueError(f"need num_matches ≥ 1, got {num_matches}")
+        self.vocab_size, self.max_model_len, self.num_matches = vocab_size, max_model_len, num_matches
         self.device = torch.device("cpu")
         self._rows: list[np.ndarray] = []  # per row: a buffer whose first _lengths[b] entries are its tokens
         self._lengths: list[int] = []
@@ -113,21 +184,32 @@ class NgramProposer:
     def propose(
         self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None
     ) -> Proposal:
-        """Up to γ tokens per row; rows past the end of their draft are padded with token 0."""
+        """Up to γ tokens per row (a chain, or with num_matches > 1 a tree of ≤ num_matches branches of
+        ≤ γ); rows past the end of their draft are padded with token 0 (in a tree: children of the root)."""
         if len(self._rows) != len(sequences):
             self.reset(len(sequences), self.device)
-        lookup = (self.prompt_lookup_min, self.prompt_lookup_max, num_speculative_tokens, self.max_model_len)
-        drafts = [find_ngram_continuation(self._sync(b, s), *lookup) for b, s in enumerate(sequences)]
-        counts = [len(d) for d in drafts]
-        tokens = np.zeros((len(drafts), max(counts, default=0)), dtype=np.int64)  # (B, N), padding 0
-        for b, d in enumerate(drafts):
-            tokens[b, : len(d)] = d
+        lookup = (self.prompt_lookup_min, self.prompt_lookup_max, num_speculative_tokens)
+        contexts = [self._sync(b, s) for b, s in enumerate(sequences)]
+        if self.num_matches == 1:
+            nodes = [(find_ngram_continuation(c, *lookup, self.max_model_len).tolist(), None) for c in contexts]
+        else:
+            found = [find_ngram_continuations(c, *lookup, self.num_matches, self.max_model_len) for c in contexts]
+            nodes = [merge_branches(branches) for branches in found]
+        counts = [len(t) for t, _ in nodes]
+        width = max(counts, default=0)
+        tokens = np.zeros((len(nodes), width), dtype=np.int64)  # (B, N), padding 0
+        parents = np.full((len(nodes), width), -1, dtype=np.int64)  # (B, N), padding hangs from the root
+        for b, (t, p) in enumerate(nodes):
+            tokens[b, : len(t)] = t
+            if p is not None:
+                parents[b, : len(p)] = p
         draft_tokens = torch.from_numpy(tokens).to(self.device)
         probs = None
         if not params.greedy:  # a deterministic proposal: q is one-hot at each draft token
             probs = torch.zeros(*draft_tokens.shape, self.vocab_size, device=self.device)  # (B, N, V)
             probs.scatter_(-1, draft_tokens[..., None], 1.0)
-        return Proposal(draft_tokens, probs, num_draft=torch.tensor(counts, device=self.device))
+        tree = torch.from_numpy(parents).to(self.device) if self.num_matches > 1 else None
+        return Proposal(draft_tokens, probs, tree, num_draft=torch.tensor(counts, device=self.device))
 
     def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
         """Nothing to roll back: proposals read only verified tokens, which `propose` is given."""

@@ -11,7 +11,7 @@ Medusa and EAGLE proposers implement the same three methods.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Protocol
+from typing import Callable, Optional, Protocol
 
 import torch
 
@@ -40,6 +40,10 @@ class Proposal:
     # Drafter forward passes this proposal took: γ for a sequential chain, 1 for a block drafted in
     # one forward (PARD, P-EAGLE, DFlash), 0 for lookups. The report shows it per step.
     draft_forwards: int = 0
+    # Called by the engine right after the verification forward with the target's greedy tokens (B, N+1)
+    # at the root (column 0) and at every node j (column j+1). None = the proposer needs no look. Lookahead
+    # decoding uses it: its Jacobi window rides in the verification forward and advances with these tokens.
+    observe: Optional[Callable[[torch.Tensor], None]] = None
 
 
 @dataclass
@@ -68,6 +72,19 @@ class Proposer(Protocol):
 
     def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
         """The first num_valid[b] tokens of row b are verified; features cover those new since the last call."""
+
+
+def begin_workload(proposer: Proposer, name: str) -> None:
+    """Tell a proposer that the next requests belong to workload `name`, if it keeps memory across requests.
+
+    Only a proposer that learns from earlier requests (suffix decoding's global tree of past outputs)
+    defines `begin_workload(name)`: it keeps one memory per name, so eval's passes over the same prompts
+    (warm-up, then each γ) never draft from one another's outputs. Every other proposer forgets all at
+    `reset`, so this is a helper that skips them rather than a method each of them would carry as a no-op.
+    """
+    begin = getattr(proposer, "begin_workload", None)
+    if begin is not None:
+        begin(name)
 
 
 class DraftLMProposer:

@@ -18,12 +18,14 @@ from eval.config import EvalConfig
 from eval.dflash_proposer import DFlashProposer
 from eval.eagle_proposer import EagleProposer
 from eval.errors import EvalError
+from eval.lookahead_proposer import LookaheadProposer
 from eval.medusa_proposer import MedusaProposer
 from eval.ngram_proposer import NgramProposer
 from eval.pard_proposer import PardProposer
 from eval.peagle_proposer import PEagleProposer
 from eval.proposer import DraftLMProposer, Proposer
 from eval.run import check_settings
+from eval.suffix_proposer import SuffixProposer
 from heads.families import family_of_export
 from heads.medusa_tree import full_tree
 from heads.target_features import FINAL_NORMED
@@ -175,14 +177,52 @@ def _build_dflash(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) ->
 
 
 def _check_ngram(settings, cfg: EvalConfig) -> None:
-    if cfg.tree is not None:
-        raise EvalError(f"eval.tree={cfg.tree}: prompt lookup proposes chains; set eval.tree=null")
+    if cfg.tree not in (None, "drafter"):
+        raise EvalError(
+            f"eval.tree={cfg.tree}: prompt lookup drafts chains (null) or a tree of drafter.num_matches matches "
+            "(drafter)"
+        )
 
 
 def _build_ngram(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> Proposer:
     _check_ngram(drafter, cfg)
     return NgramProposer(
-        prompt_lookup_min=drafter.prompt_lookup_min, prompt_lookup_max=drafter.prompt_lookup_max, vocab_size=vocab_size
+        prompt_lookup_min=drafter.prompt_lookup_min,
+        prompt_lookup_max=drafter.prompt_lookup_max,
+        vocab_size=vocab_size,
+        num_matches=drafter.num_matches if cfg.tree == "drafter" else 1,
+    )
+
+
+def _check_suffix(settings, cfg: EvalConfig) -> None:
+    if cfg.tree not in (None, "drafter"):
+        raise EvalError(
+            f"eval.tree={cfg.tree}: suffix decoding drafts chains as vLLM serves them (null) or arctic-inference's "
+            "best-first tree of at most γ nodes (drafter)"
+        )
+
+
+def _build_suffix(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> Proposer:
+    _check_suffix(drafter, cfg)
+    return SuffixProposer(vocab_size=vocab_size, **drafter.settings(), use_tree_spec=cfg.tree == "drafter")
+
+
+def _check_lookahead(settings, cfg: EvalConfig) -> None:
+    if cfg.tree is not None:
+        raise EvalError(
+            f"eval.tree={cfg.tree}: lookahead decoding builds its own tree from drafter.window_size, ngram_size "
+            "and max_verify_ngrams; set eval.tree=null"
+        )
+
+
+def _build_lookahead(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> Proposer:
+    _check_lookahead(drafter, cfg)
+    return LookaheadProposer(
+        window_size=drafter.window_size,
+        ngram_size=drafter.ngram_size,
+        max_verify_ngrams=drafter.max_verify_ngrams,
+        pool_from_prompt=drafter.pool_from_prompt,
+        vocab_size=vocab_size,
     )
 
 
@@ -194,6 +234,9 @@ PROPOSERS: dict[str, ProposerEntry] = {
     "eagle1": ProposerEntry(_build_eagle, _check_eagle),
     "peagle": ProposerEntry(_build_peagle, _check_trained_block),
     "ngram": ProposerEntry(_build_ngram, _check_ngram),
+    "layer_skip": ProposerEntry(_build_draft_lm, _check_draft_lm),  # the export is a draft LM
+    "lookahead": ProposerEntry(_build_lookahead, _check_lookahead),
+    "suffix": ProposerEntry(_build_suffix, _check_suffix),
     "dflash": ProposerEntry(_build_dflash, _check_dflash),
 }
 

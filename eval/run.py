@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from eval.config import EvalConfig
 from eval.errors import EvalError
 from eval.metrics import Tally, add_block_cost, decode_figures
-from eval.proposer import Proposer
+from eval.proposer import Proposer, begin_workload
 from eval.report import write_report
 from eval.sampling import SamplingParams
 from eval.speculative import Acceptance, autoregressive_generate, speculative_generate
@@ -123,6 +123,9 @@ def evaluate(
             acceptance=acceptance,
         )
 
+    # A proposer that learns across requests (suffix decoding) keeps one memory per workload: the warm-up
+    # and each γ pass decode the same prompts, and must not draft from one another's outputs.
+    begin_workload(proposer, "warmup")
     for p in warmup:  # untimed
         run_ar([p]), [run_spec([p], g) for g in gammas]
 
@@ -138,6 +141,7 @@ def evaluate(
         ar.outputs += ar_out
         bar.update(len(batch))
         for g in gammas:
+            begin_workload(proposer, f"gamma={g}")
             t0 = time.perf_counter()
             out, stats = run_spec(batch, g)
             spec[g].seconds += time.perf_counter() - t0

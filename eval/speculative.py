@@ -7,7 +7,7 @@ max_new_tokens, so under greedy decoding their outputs must be identical token f
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import torch
@@ -119,12 +119,11 @@ def speculative_step(
     num_draft = None if proposal.num_draft is None else proposal.num_draft.tolist()  # host sync: one per step
     if num_draft is not None:
         width = max(num_draft, default=0)
-        proposal = Proposal(
-            proposal.draft_tokens[:, :width],
-            None if proposal.draft_probs is None else proposal.draft_probs[:, :width],
-            None if proposal.parents is None else proposal.parents[:, :width],
-            proposal.num_draft,
-            proposal.draft_forwards,
+        proposal = replace(  # every other field (num_draft, draft_forwards, observe) is kept
+            proposal,
+            draft_tokens=proposal.draft_tokens[:, :width],
+            draft_probs=None if proposal.draft_probs is None else proposal.draft_probs[:, :width],
+            parents=None if proposal.parents is None else proposal.parents[:, :width],
         )
     t1 = _now(device)
     # 2. One target forward over [last token, draft nodes]; the tree mask shows each node only
@@ -143,6 +142,11 @@ def speculative_step(
         out = cache.forward(target, block, parents, output_hidden_states=bool(layer_ids))
     logits = out.logits[..., :vocab_size]  # (B, N+1, V)
     t2 = _now(device)
+    if proposal.observe is not None:  # lookahead decoding: the target's greedy tokens advance its window
+        proposal.observe(logits.argmax(-1))  # (B, N+1); the proposer reads them on the host: one sync per step
+        t_observed = _now(device)
+        stats.draft_seconds += t_observed - t2  # drafting work, timed as such
+        t2 = t_observed
     # 3. Accept/reject per row: the longest valid path, then the corrected or bonus token.
     rows = num_draft or [None] * batch  # None: every node of the row is real
     verdicts = [

@@ -209,6 +209,51 @@ transformers: `target.generate(ids, prompt_lookup_num_tokens={gamma}, max_matchi
 drafthub's engine: `python -m eval drafter_dir=THIS_DIRECTORY prompts=PROMPTS.jsonl out_dir=OUT`."""
 
 
+def suffix_usage(target: str, gamma: int, provenance: dict) -> str:
+    config = provenance.get("drafter_config") or {}
+    spec = {"method": "suffix", **{k: v for k, v in config.items() if k.startswith("suffix_decoding_")}}
+    return f"""## Use it
+
+Suffix decoding needs no weights: these are settings (`config.json`). vLLM drafts with arctic-inference
+(`pip install arctic-inference==0.1.1`, built from source):
+
+```python
+from vllm import LLM
+llm = LLM(model="{target}", speculative_config={ {**spec, "num_speculative_tokens": gamma}!r})
+```
+
+drafthub's engine: `python -m eval drafter_dir=THIS_DIRECTORY prompts=PROMPTS.jsonl out_dir=OUT`."""
+
+
+def lookahead_usage(target: str, gamma: int, provenance: dict) -> str:
+    settings = provenance.get("drafter_config") or {}
+    return f"""## Use it
+
+Lookahead decoding needs no weights: these are settings (`config.json`: window {settings.get("window_size")},
+n-gram size {settings.get("ngram_size")}, {settings.get("max_verify_ngrams")} verified n-grams per step).
+vLLM and SGLang have no lookahead method, so serve it with drafthub's engine:
+`python -m eval drafter_dir=THIS_DIRECTORY prompts=PROMPTS.jsonl out_dir=OUT`, or with the
+LookaheadDecoding reference implementation (hao-ai-lab/LookaheadDecoding) and the same W, N, G."""
+
+
+def layer_skip_details(provenance: dict) -> str:
+    """Which target layers the drafter skips, and how they were chosen."""
+    record = provenance.get("drafter_config") or {}
+    search = provenance.get("layer_skip_search") or {}
+    how = (
+        f"chosen by a greedy search on held-out distilled samples in {search['search_seconds']:.0f} s "
+        f"(predicted speed-up {search['predicted_speedup']:.2f}× at agreement {search['agreement']:.3f}, "
+        f"cost ratio {search['cost_ratio']:.2f})"
+        if search.get("search_seconds") is not None
+        else "set by hand"
+    )
+    return f"""## Layer skipping
+
+This drafter is the target itself without decoder layers {record.get("skipped_layers")} of
+{record.get("target_num_hidden_layers")} ({how}); embeddings, final norm and lm_head are the
+target's. It is a plain causal LM: any draft-model speculative decoding loads it."""
+
+
 def eagle3_details(provenance: dict) -> str:
     """Fused target layers and the draft vocabulary's coverage."""
     vocab, drafter = provenance.get("draft_vocab"), provenance.get("drafter_config") or {}

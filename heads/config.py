@@ -98,6 +98,52 @@ class NgramConfig:
     kind: str = "ngram"
     prompt_lookup_min: int = 2  # shortest suffix n-gram searched for
     prompt_lookup_max: int = 5  # longest suffix n-gram searched for (the longest match wins)
+    # 1 = one chain, as vLLM serves it; k > 1 = a tree of the continuations of up to k distinct
+    # matches of the longest matching n-gram, most recent first (our engine only: eval.tree=matches)
+    num_matches: int = 1
+
+
+@dataclass
+class SuffixConfig:
+    """Suffix decoding (Oliaro et al., arXiv:2411.04975), training-free: drafts from suffix trees over the
+    request's prompt and output and over earlier requests' outputs. Field names are vLLM's `suffix`
+    speculative_config keys (served through arctic-inference); eval.tree=drafter drafts arctic's best-first tree."""
+
+    kind: str = "suffix"
+    suffix_decoding_max_tree_depth: int = 24  # deepest tree node: bounds matched context + draft length
+    suffix_decoding_max_cached_requests: int = 10000  # earlier outputs kept to draft from (oldest leave first)
+    suffix_decoding_max_spec_factor: float = 1.0  # a match of m context tokens drafts at most factor · m tokens
+    suffix_decoding_min_token_prob: float = 0.1  # a draft token needs at least this count-estimated probability
+
+
+@dataclass
+class LookaheadConfig:
+    """Lookahead decoding (training-free, Fu et al. 2024): the target's own Jacobi iterations fill an n-gram
+    pool verified in the same forward. vLLM does not serve it; drafthub's engine measures it.
+
+    Small on purpose: on a small CPU target every fed node costs (the paper's W=15, N=5, G=15 for 7B models
+    on GPUs feeds ~120 nodes a step); N=3 keeps one Jacobi level above the base row."""
+
+    kind: str = "lookahead"
+    window_size: int = 4  # W: future positions guessed in parallel; (W−1) + W·(N−2) window nodes per step
+    ngram_size: int = 3  # N: tokens per pooled n-gram; the window keeps N−1 Jacobi levels
+    max_verify_ngrams: int = 4  # G: n-grams kept per first token, all verified (≤ G·(N−1) nodes); 0 = none
+    pool_from_prompt: bool = True  # also pool the prompt's and the verified output's n-grams (LADE)
+
+
+@dataclass
+class LayerSkipConfig:
+    """Self-speculation: the target with some decoder layers skipped (shared embeddings, norm, lm_head).
+
+    The train stage searches which layers to skip on held-out distilled samples (or takes
+    skip_layers), then optionally fine-tunes the kept layers' copy; the export is a plain HF causal LM."""
+
+    kind: str = "layer_skip"
+    skip_layers: Optional[List[int]] = None  # decoder layers to skip, e.g. [3, 5]; None = search them
+    num_speculative_tokens: int = 4  # γ whose predicted speed-up the search maximises
+    search_samples: int = 32  # last distilled samples scoring candidates (held out of any fine-tune)
+    max_evaluations: int = 200  # candidate skip sets scored at most (each one forward over the samples)
+    fine_tune_steps: int = 0  # optimizer steps of KD on the kept layers' copy (trainer settings); 0 = none
 
 
 @dataclass

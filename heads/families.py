@@ -24,10 +24,13 @@ from heads.config import (
     DraftLMConfig,
     Eagle1Config,
     Eagle3Config,
+    LayerSkipConfig,
+    LookaheadConfig,
     MedusaConfig,
     NgramConfig,
     PardConfig,
     PEagleConfig,
+    SuffixConfig,
 )
 from heads.dflash import DFlashDrafter, check_dflash_settings, check_dflash_target
 from heads.draft_lm import DraftLM
@@ -40,10 +43,13 @@ from heads.formats.eagle_export import write_eagle3
 from heads.formats.fingerprint import PROVENANCE_FILES
 from heads.formats.peagle_export import load_peagle, write_peagle
 from heads.formats.speculators import load_speculators
+from heads.layer_skip import LAYER_SKIP_KEY, LayerSkipDrafter, check_skip_layers
+from heads.lookahead import LookaheadDrafter
 from heads.medusa import MedusaHeads, check_medusa_settings
 from heads.ngram import NgramDrafter
 from heads.pard import MASK_KEY, PardDrafter, check_mask_token
 from heads.peagle import PEagleDrafter
+from heads.suffix import SuffixDrafter
 from heads.target_features import default_eagle3_layers
 
 SIGNALS = ("tokens", "final_normed", "layer_ids")  # none beyond the tokens; the lm_head input; layer_ids states
@@ -86,6 +92,8 @@ class Family:
     # export directory → context manager the served check starts vLLM inside (a family's workaround
     # for a known vLLM bug, e.g. DFlash's CPU k_norm); nullcontext = none
     serve_patch: Callable[[Path], AbstractContextManager] = lambda export_dir: nullcontext()
+    # () → why vLLM cannot serve the family on this machine beyond vLLM itself (a missing package), or None
+    serve_missing: Callable[[], Optional[str]] = lambda: None
 
     def speculative_config(self, export_dir: Path, num_speculative_tokens: int) -> Optional[dict]:
         """vLLM's speculative_config for serving `export_dir`; None when vLLM does not serve the family."""
@@ -144,6 +152,23 @@ def _write_ngram(job: ExportJob, out: Path) -> None:
     NgramDrafter.from_config(job.settings).save_pretrained(out)
 
 
+def _write_lookahead(job: ExportJob, out: Path) -> None:
+    LookaheadDrafter.from_config(job.settings).save_pretrained(out)
+
+
+def _write_suffix(job: ExportJob, out: Path) -> None:
+    SuffixDrafter.from_config(job.settings).save_pretrained(out)
+
+
+def _arctic_missing() -> Optional[str]:
+    """vLLM's `suffix` method drafts with arctic-inference (its config check raises without it)."""
+    from importlib.util import find_spec
+
+    if find_spec("arctic_inference") is None:
+        return "vLLM's suffix method needs arctic-inference (pip install arctic-inference==0.1.1; a source build)"
+    return None
+
+
 def _model_dir(export_dir: Path) -> dict:
     return {"model": str(export_dir)}
 
@@ -167,7 +192,32 @@ def _is_causal_lm(config: dict) -> bool:
 
 
 def _is_draft_lm(config: dict) -> bool:
-    return _is_causal_lm(config) and MASK_KEY not in config  # with a mask id it drafts in parallel: PARD
+    # with a mask id it drafts in parallel (PARD); with a layer-skip record it is the target's own layers
+    return _is_causal_lm(config) and MASK_KEY not in config and LAYER_SKIP_KEY not in config
+
+
+def _is_layer_skip(config: dict) -> bool:
+    return _is_causal_lm(config) and LAYER_SKIP_KEY in config
+
+
+def _describe_layer_skip(export_dir: Path, summary: dict) -> dict:
+    record = _read_config(export_dir)[LAYER_SKIP_KEY]
+    return {"drafter_config": record, "layer_skip_search": summary.get("layer_skip_search")}
+
+
+def _check_layer_skip(settings) -> None:
+    if settings.num_speculative_tokens < 1 or settings.search_samples < 1 or settings.max_evaluations < 1:
+        raise HeadsError(
+            f"drafter.num_speculative_tokens={settings.num_speculative_tokens}, drafter.search_samples="
+            f"{settings.search_samples} and drafter.max_evaluations={settings.max_evaluations} must all be ≥ 1"
+        )
+    if settings.fine_tune_steps < 0:
+        raise HeadsError(f"drafter.fine_tune_steps={settings.fine_tune_steps} must be ≥ 0 (0 = no fine-tune)")
+
+
+def _check_layer_skip_target(settings, target_config) -> None:
+    if settings.skip_layers is not None:
+        check_skip_layers(settings.skip_layers, target_config.num_hidden_layers)
 
 
 def _is_pard(config: dict) -> bool:
@@ -399,6 +449,59 @@ FAMILIES: dict[str, Family] = {
             details=_no_details,
             describe=_describe_ngram,
             check=NgramDrafter.from_config,
+        ),
+        Family(
+            kind="suffix",
+            schema=SuffixConfig,
+            signals="tokens",
+            trainable=False,
+            recognizes=lambda config: config.get("drafthub_kind") == "suffix",
+            write=_write_suffix,
+            load=lambda path, target: SuffixDrafter.from_pretrained(path),
+            lint=SuffixDrafter.from_pretrained,
+            vllm_method="suffix",
+            vllm_config=lambda export_dir: SuffixDrafter.from_pretrained(export_dir).settings(),
+            library="vllm",
+            usage=card.suffix_usage,
+            details=_no_details,
+            describe=_describe_ngram,  # the settings are the whole drafter
+            check=SuffixDrafter.from_config,
+            serve_missing=_arctic_missing,
+        ),
+        Family(
+            kind="lookahead",
+            schema=LookaheadConfig,
+            signals="tokens",
+            trainable=False,
+            recognizes=lambda config: config.get("drafthub_kind") == "lookahead",
+            write=_write_lookahead,
+            load=lambda path, target: LookaheadDrafter.from_pretrained(path),
+            lint=LookaheadDrafter.from_pretrained,
+            vllm_method=None,  # vLLM has no lookahead decoding method
+            vllm_config=lambda export_dir: {},
+            library="transformers",
+            usage=card.lookahead_usage,
+            details=_no_details,
+            describe=_describe_ngram,  # the settings are the whole drafter
+            check=LookaheadDrafter.from_config,
+        ),
+        Family(
+            kind="layer_skip",
+            schema=LayerSkipConfig,
+            signals="tokens",
+            trainable=True,  # its train stage is the skip search (+ an optional fine-tune)
+            recognizes=_is_layer_skip,
+            write=_write_draft_lm,  # the native checkpoint already is the HF causal LM consumers load
+            load=lambda path, target: LayerSkipDrafter.from_pretrained(path),
+            lint=LayerSkipDrafter.from_pretrained,
+            vllm_method="draft_model",
+            vllm_config=_model_dir,
+            library="transformers",
+            usage=card.draft_lm_usage,
+            details=card.layer_skip_details,
+            describe=_describe_layer_skip,
+            check=_check_layer_skip,
+            check_target=_check_layer_skip_target,
         ),
         Family(
             kind="dflash",

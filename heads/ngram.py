@@ -22,6 +22,7 @@ class NgramDrafter:
     kind = "ngram"
     prompt_lookup_min: int
     prompt_lookup_max: int
+    num_matches: int = 1  # > 1: our engine may draft a tree of that many matches (eval.tree=drafter)
 
     def __post_init__(self):
         if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
@@ -29,10 +30,12 @@ class NgramDrafter:
                 f"prompt lookup needs 1 ≤ prompt_lookup_min ≤ prompt_lookup_max, got {self.prompt_lookup_min} and "
                 f"{self.prompt_lookup_max}; set drafter.prompt_lookup_min/max accordingly"
             )
+        if self.num_matches < 1:
+            raise HeadsError(f"drafter.num_matches={self.num_matches} must be ≥ 1 (1 = one chain, as vLLM serves it)")
 
     @classmethod
     def from_config(cls, cfg) -> "NgramDrafter":
-        return cls(prompt_lookup_min=cfg.prompt_lookup_min, prompt_lookup_max=cfg.prompt_lookup_max)
+        return cls(cfg.prompt_lookup_min, cfg.prompt_lookup_max, cfg.num_matches)
 
     def config_dict(self) -> dict:
         return {
@@ -40,6 +43,7 @@ class NgramDrafter:
             "method": "ngram",
             "prompt_lookup_min": self.prompt_lookup_min,
             "prompt_lookup_max": self.prompt_lookup_max,
+            "num_matches": self.num_matches,  # drafthub's tree of matches; vLLM drafts one chain
         }
 
     def save_pretrained(self, path: str | Path) -> None:
@@ -54,7 +58,7 @@ class NgramDrafter:
         if config.get("drafthub_kind") != cls.kind:
             raise HeadsError(f"{path} is not an n-gram drafter (its {CONFIG} must say drafthub_kind: ngram)")
         try:
-            return cls(prompt_lookup_min=config["prompt_lookup_min"], prompt_lookup_max=config["prompt_lookup_max"])
+            return cls(config["prompt_lookup_min"], config["prompt_lookup_max"], config.get("num_matches", 1))
         except KeyError as e:
             raise HeadsError(
                 f"{file} lacks {e}; an n-gram drafter names prompt_lookup_min and prompt_lookup_max"

@@ -19,6 +19,7 @@ from distill.run import distill
 from distill.shards import atomic_write_text
 from eval.report import pyplot, save_figure
 from eval.served import vllm_missing_reason
+from heads.families import get_family
 
 SHARED = ("target", "data", "eval", "eval_split", "eval_prompts", "device")
 OUT = "bakeoff"
@@ -43,35 +44,61 @@ def contender_config(name: str, shared: DictConfig, run_dir: Path, serve) -> Dic
         cfg = compose("config", overrides=[f"recipe={name}", *extra])
     for key in SHARED:
         cfg[key] = shared[key]
-    cfg.eval.serve = serve
+    family = get_family(cfg.drafter.kind)
+    cfg.eval.serve = serve if family.vllm_method and not family.serve_missing() else None  # e.g. lookahead: no method
     cfg.run_dir, cfg.stages = str(run_dir), ["train", "eval"]
     return cfg
 
 
 def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> dict:
-    """Train and evaluate every contender under root/<recipe>; write the comparison; return it."""
+    """Train every contender under root/<recipe>, evaluate it on each workload, write the comparison, return it.
+
+    The first workload is the bake-off's own eval settings; every other one (bakeoff.workloads) evaluates
+    the same drafters again under root/<workload>/<recipe>, whose data and checkpoints link to the first run's,
+    so nothing is trained twice.
+    """
     cfg = OmegaConf.to_object(dict_config)
     serve = "vllm" if cfg.bakeoff.serve == "auto" and vllm_missing_reason() is None else None
     if cfg.bakeoff.serve == "auto" and serve is None:
         print(f"bake-off: no served check ({vllm_missing_reason()})")
     distill(cfg.target, cfg.data, root / "data", device)  # once, for every contender
-    rows = []
+    workloads = {cfg.bakeoff.workload: [], **cfg.bakeoff.workloads}
+    rows: dict[str, list] = {name: [] for name in workloads}
     for name in cfg.bakeoff.recipes:
-        run_dir = root / name
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if not (run_dir / "data").exists():
-            os.symlink(Path("..") / "data", run_dir / "data", target_is_directory=True)
-        print(f"bake-off: {name}")
-        results = run_pipeline(contender_config(name, dict_config, run_dir, serve))
-        rows.append(contender_row(name, run_dir, results["train"], results["eval"]))
+        for workload, overrides in workloads.items():
+            first = not overrides and workload == cfg.bakeoff.workload
+            run_dir = root / name if first else root / workload / name
+            _link_shared(run_dir, root, name, first)
+            print(f"bake-off: {name} on {workload}")
+            contender = contender_config(name, dict_config, run_dir, serve)
+            contender.merge_with_dotlist(list(overrides))
+            results = run_pipeline(contender)
+            rows[workload].append(contender_row(name, run_dir, results["train"], results["eval"]))
     comparison = {
-        "contenders": rows,
-        "recommended": recommend(rows, cfg.bakeoff.speedup_tie),
+        "workloads": {
+            workload: {
+                "contenders": rows[workload],
+                "recommended": recommend(rows[workload], cfg.bakeoff.speedup_tie),
+                "free_vs_trained": free_vs_trained(rows[workload]),
+                "overrides": list(overrides),
+            }
+            for workload, overrides in workloads.items()
+        },
         "served_check": serve is not None,
         "settings": OmegaConf.to_container(dict_config.eval, resolve=True),
     }
     write_comparison(root / OUT, comparison)
     return comparison
+
+
+def _link_shared(run_dir: Path, root: Path, name: str, first: bool) -> None:
+    """A contender's run directory: the shared distilled data; for a later workload, the first run's checkpoints."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    links = {"data": root / "data"} if first else {"data": root / "data", "checkpoints": root / name / "checkpoints"}
+    for link, source in links.items():
+        if not (run_dir / link).exists():
+            (root / name / "checkpoints").mkdir(parents=True, exist_ok=True)
+            os.symlink(os.path.relpath(source, run_dir), run_dir / link, target_is_directory=True)
 
 
 def contender_row(name: str, run_dir: Path, train: dict, report: dict) -> dict:
@@ -87,10 +114,47 @@ def contender_row(name: str, run_dir: Path, train: dict, report: dict) -> dict:
         "lossless": report["lossless"],
         "parameters": train["parameters"],
         "train_seconds": train["seconds"],
+        # no optimizer step: prompt lookup, suffix decoding, lookahead, a layer skip set found by search alone
+        "trained": train.get("optimizer_steps", 0) > 0,
         "served_tau": served.get("tau"),
         "served_verdict": served.get("verdict"),
         "run_dir": str(run_dir),
     }
+
+
+def free_vs_trained(rows: list[dict]) -> dict | None:
+    """Whether the best trained drafter beats the best free one (by measured speed-up; lossless rows only)."""
+    lossless = [r for r in rows if r["lossless"]]
+    free = max((r for r in lossless if not r["trained"]), key=lambda r: r["speedup"], default=None)
+    trained = max((r for r in lossless if r["trained"]), key=lambda r: r["speedup"], default=None)
+    if free is None or trained is None:
+        return None
+    return {
+        "best_free": free["recipe"],
+        "best_trained": trained["recipe"],
+        "trained_wins": trained["speedup"] > free["speedup"],
+        "speedup_gain": trained["speedup"] / free["speedup"],  # > 1: training paid off
+        "tau_gain": trained["tau"] - free["tau"],
+    }
+
+
+def _free_vs_trained_line(verdict: dict | None, rows: list[dict]) -> str:
+    if verdict is None:
+        return "No comparison of trained and training-free drafters (the bake-off lacks one of the two)."
+    by = {r["recipe"]: r for r in rows}
+    free, trained = by[verdict["best_free"]], by[verdict["best_trained"]]
+    gain = verdict["speedup_gain"]
+    if verdict["trained_wins"]:
+        return (
+            f"**Training paid off here:** the best trained drafter, `{trained['recipe']}` ({trained['speedup']:.2f}×, "
+            f"τ {trained['tau']:.2f}), beats the best free one, `{free['recipe']}` ({free['speedup']:.2f}×, "
+            f"τ {free['tau']:.2f}), by {gain:.2f}× in speed and {verdict['tau_gain']:+.2f} in τ."
+        )
+    return (
+        f"**Training did not pay off here:** the best free contender, `{free['recipe']}` ({free['speedup']:.2f}×, "
+        f"τ {free['tau']:.2f}), is at least as fast as the best trained drafter, `{trained['recipe']}` "
+        f"({trained['speedup']:.2f}×, τ {trained['tau']:.2f}; {verdict['tau_gain']:+.2f} in τ)."
+    )
 
 
 def recommend(rows: list[dict], tie: float = 0.03) -> dict | None:
@@ -118,56 +182,73 @@ def recommend(rows: list[dict], tie: float = 0.03) -> dict | None:
 
 def write_comparison(out: Path, comparison: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    _plot(out / "comparison.png", comparison["contenders"])
+    for workload, result in comparison["workloads"].items():
+        _plot(out / f"comparison_{workload}.png", result["contenders"])
     atomic_write_text(out / "comparison.md", render_markdown(comparison))
     atomic_write_text(out / "comparison.json", json.dumps(comparison, indent=2))
     print(render_markdown(comparison))
 
 
-def render_markdown(comparison: dict) -> str:
-    rows = comparison["contenders"]
-    served = comparison["served_check"]
+def _table(rows: list[dict], served: bool) -> list[str]:
     head = "| recipe | drafter | τ | α | c | drafter forwards/step | speed-up | lossless | parameters | training |" + (
         " served τ | served check |" if served else ""
     )
     rule = "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if served else "")
-    lines = [
+    return [head, rule] + [
         f"| {r['recipe']} | {r['kind']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['cost_ratio']:.3f} "
         f"| {r['draft_forwards_per_step']:.1f} | {r['speedup']:.2f}× "
-        f"| {'yes' if r['lossless'] else 'NO'} | {r['parameters'] / 1e6:.2f} M | {r['train_seconds'] / 60:.1f} min |"
-        + (f" {_num(r['served_tau'])} | {r['served_verdict'] or '—'} |" if served else "")
+        f"| {'yes' if r['lossless'] else 'NO'} | {r['parameters'] / 1e6:.2f} M | {_training(r)} |"
+        + (f" {_num(r['served_tau'])} | {r['served_verdict'] or _not_served(r)} |" if served else "")
         for r in rows
     ]
+
+
+def _training(row: dict) -> str:
+    minutes = f"{row['train_seconds'] / 60:.1f} min"
+    return minutes if row["trained"] or row["train_seconds"] else "none (0)"
+
+
+def _not_served(row: dict) -> str:
+    family = get_family(row["kind"])
+    return "not servable by vLLM" if family.vllm_method is None else (family.serve_missing() or "—")
+
+
+def render_markdown(comparison: dict) -> str:
+    served = comparison["served_check"]
     s = comparison["settings"]
-    best = comparison["recommended"]
-    verdict = (
-        f"**Recommended: `{best['recipe']}` ({best['kind']})** — {best['reason']}."
-        if best
-        else "**No contender qualifies** (none is lossless with an agreeing served check)."
-    )
-    return "\n".join(
-        [
-            "# Drafter bake-off",
+    lines = [
+        "# Drafter bake-off",
+        "",
+        f"Same target, same distilled data, same evaluation: {s['num_prompts']} prompts × "
+        f"{s['max_new_tokens']} tokens, γ = {s['num_speculative_tokens']}, temperature {s['temperature']}, "
+        f"tree {s['tree']}. Training-free contenders count their search (layer skipping) or nothing as training."
+        + (
+            " Served τ: vLLM serving each export (1 + accepted drafts per step)."
+            if served
+            else " No served check (vLLM not installed)."
+        ),
+    ]
+    for workload, result in comparison["workloads"].items():
+        best = result["recommended"]
+        verdict = (
+            f"**Recommended: `{best['recipe']}` ({best['kind']})** — {best['reason']}."
+            if best
+            else "**No contender qualifies** (none is lossless with an agreeing served check)."
+        )
+        how = f" (eval overrides: {', '.join(result['overrides'])})" if result["overrides"] else ""
+        lines += [
             "",
-            f"Same target, same distilled data, same evaluation: {s['num_prompts']} prompts × "
-            f"{s['max_new_tokens']} tokens, γ = {s['num_speculative_tokens']}, temperature {s['temperature']}, "
-            f"tree {s['tree']}."
-            + (
-                " Served τ: vLLM serving each export (1 + accepted drafts per step)."
-                if served
-                else " No served check (vLLM not installed)."
-            ),
+            f"## Workload `{workload}`{how}",
             "",
-            head,
-            rule,
-            *lines,
+            *_table(result["contenders"], served),
             "",
             verdict,
             "",
-            "![comparison](comparison.png)",
+            _free_vs_trained_line(result["free_vs_trained"], result["contenders"]),
             "",
+            f"![{workload}](comparison_{workload}.png)",
         ]
-    )
+    return "\n".join(lines + [""])
 
 
 def _num(x) -> str:

@@ -75,6 +75,10 @@ class BakeoffConfig:
     overrides: Dict[str, List[str]] = field(
         default_factory=dict
     )  # per contender recipe (key "all": every one), applied after its recipe, e.g. {all: ["trainer.max_steps=1000"]}
+    workload: str = "default"  # name of the workload the eval settings above describe
+    # more workloads every contender is evaluated on (trained once): name → eval overrides, e.g.
+    # {code_repeat: ["eval_split=heldout_repeat"]}; each lands under <run>/<name>/<recipe>
+    workloads: Dict[str, List[str]] = field(default_factory=dict)
 
 
 @dataclass

@@ -40,6 +40,8 @@ def check_run(cfg: RunConfig) -> None:
         raise PipelineError(f"eval.serve=vllm: {vllm_missing_reason()}, or set eval.serve=null")
     if cfg.eval.serve and family.vllm_method is None:
         raise PipelineError(f"eval.serve=vllm: vLLM does not serve {family.kind} drafters; set eval.serve=null")
+    if cfg.eval.serve and family.serve_missing():
+        raise PipelineError(f"eval.serve=vllm: {family.serve_missing()}, or set eval.serve=null")
 
 
 def _check_against_target(family, cfg: RunConfig) -> None:

@@ -20,6 +20,7 @@ from heads.dflash import DFlashDrafter
 from heads.draft_lm import DraftLM
 from heads.eagle import Eagle3Drafter
 from heads.eagle1 import Eagle1Drafter
+from heads.layer_skip import LayerSkipDrafter, decoder_layers, skipped_config
 from heads.medusa import MedusaHeads
 from heads.pard import PardDrafter
 from heads.peagle import PEagleDrafter
@@ -28,6 +29,7 @@ from train.calibration import calibrate_medusa
 from train.data import collate
 from train.dflash_objective import DFlashDenoising
 from train.errors import PipelineError
+from train.layer_skip_search import search_skip_layers
 from train.loop import best_weights
 from train.objectives import DraftLMDistillation, Eagle1Distillation, Eagle3TrainingTimeTest, MedusaDistillation
 from train.pard_objective import PardDistillation
@@ -53,6 +55,7 @@ class Prepared:
     dataset: Any  # what training iterates over (held-out rows removed)
     select: Optional[Callable] = None  # model → score; the best-scoring checkpoint is kept
     state: dict = field(default_factory=dict)  # handed to `finish` (held-out rows, reports)
+    steps: Optional[int] = None  # optimizer steps the family sets (layer skipping's fine-tune); None = trainer's
 
 
 @dataclass(frozen=True)
@@ -408,6 +411,69 @@ def _activations_dflash(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_
     return tokens * layers * hidden * target_bytes, context + blocks + _logits_bytes(queries, vocab)
 
 
+# --- layer skipping ---------------------------------------------------------------------------
+
+
+def _prepare_layer_skip(ctx: TrainContext) -> Prepared:
+    """Search (or take) the layers to skip; the copy of the kept layers is what the loop may fine-tune."""
+    d, trainer = ctx.cfg.drafter, ctx.cfg.trainer
+    train_part, held_out = hold_out(ctx.dataset, d.search_samples, trainer.batch_size, "drafter.search_samples")
+    state = {}
+    skip = d.skip_layers
+    if skip is None:
+        batches = [
+            {
+                k: v.to(ctx.device)
+                for k, v in collate(
+                    rows["input_ids"], rows["loss_mask"], trainer.max_seq_len, ctx.tokenizer.pad_token_id
+                ).items()
+            }
+            for rows in (held_out[i : i + trainer.batch_size] for i in range(0, len(held_out), trainer.batch_size))
+        ]
+        result = search_skip_layers(
+            ctx.target, batches, num_speculative_tokens=d.num_speculative_tokens, max_evaluations=d.max_evaluations
+        )
+        skip, state["layer_skip_search"] = result.best.skipped_layers, result.summary()
+        print(
+            f"layer skip search: skip {skip} of {len(decoder_layers(ctx.target))} layers — agreement "
+            f"{result.best.agreement:.3f}, cost ratio {result.best.cost_ratio:.2f}, predicted speed-up "
+            f"{result.best.predicted_speedup:.2f}× at γ={d.num_speculative_tokens} ({result.evaluations} sets, "
+            f"{result.seconds:.0f} s)"
+        )
+    drafter = LayerSkipDrafter.from_target(ctx.target, skip)
+    drafter.freeze_shared()
+    objective = DraftLMDistillation(
+        ctx.target, trainer.loss, len(ctx.tokenizer), jsd_beta=trainer.jsd_beta, temperature=trainer.kd_temperature
+    )
+    return Prepared(drafter, objective, train_part, state=state, steps=d.fine_tune_steps)
+
+
+def _finish_layer_skip(drafter, prepared: Prepared, ctx: TrainContext) -> dict:
+    return {"layer_skip_search": prepared.state.get("layer_skip_search"), "skipped_layers": drafter.skipped_layers}
+
+
+def _planned_skip(cfg) -> list[int]:
+    """The skip set the planner sizes: the configured one, else one layer (the largest drafter a search returns)."""
+    return list(cfg.drafter.skip_layers) if cfg.drafter.skip_layers is not None else [0]
+
+
+def _meta_layer_skip(cfg, target, config) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    skip = _planned_skip(cfg)
+    model = AutoModelForCausalLM.from_config(skipped_config(config, skip))
+    return LayerSkipDrafter(model, skip, config.num_hidden_layers)
+
+
+def _activations_layer_skip(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_bytes) -> tuple[float, float]:
+    from train.planner import target_config
+
+    if not cfg.drafter.fine_tune_steps:
+        return 0.0, 0.0  # the search runs the target without gradients
+    layers = target_config(cfg.target.name_or_path, cfg.target.trust_remote_code).num_hidden_layers
+    return 0.0, (layers - len(_planned_skip(cfg))) * layer + _logits_bytes(tokens, vocab)
+
+
 SETUPS: dict[str, TrainingSetup] = {
     "draft_lm": TrainingSetup(_prepare_draft_lm, _nothing_after, _meta_draft_lm, _activations_draft_lm),
     "pard": TrainingSetup(_prepare_pard, _finish_pard, _meta_draft_lm, _activations_pard),
@@ -441,6 +507,7 @@ SETUPS: dict[str, TrainingSetup] = {
         feature_layers=lambda d: 0,
     ),
     "dflash": TrainingSetup(_prepare_dflash, _finish_dflash, _meta_dflash, _activations_dflash),
+    "layer_skip": TrainingSetup(_prepare_layer_skip, _finish_layer_skip, _meta_layer_skip, _activations_layer_skip),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import torch
 
@@ -39,12 +40,13 @@ def train_stage(run: Run) -> dict:
     target = load_target(cfg.target, device)
     ctx = TrainContext(cfg, target, tokenizer, load_distilled(paths.data), paths, device)
     torch.manual_seed(cfg.trainer.seed)  # the fresh drafter's initial weights
+    t0 = time.perf_counter()  # preparing counts: a vocabulary, offline features or a layer search is training cost
     prepared = setup.prepare(ctx)
     parameters = sum(p.numel() for p in prepared.drafter.parameters())  # before ZeRO-3 partitions them
-    t0 = time.perf_counter()
+    trainer = cfg.trainer if prepared.steps is None else replace(cfg.trainer, max_steps=prepared.steps)
     metrics = train_loop(
         accelerator,
-        cfg.trainer,
+        trainer,
         prepared.drafter,
         prepared.objective,
         prepared.dataset,
@@ -57,6 +59,7 @@ def train_stage(run: Run) -> dict:
         "stage_hash": run.stage_hash,
         "metrics": metrics,
         "seconds": round(time.perf_counter() - t0, 1),
+        "optimizer_steps": trainer.max_steps,  # 0: nothing was fitted (a layer skip set found by search alone)
         "parameters": parameters,
         "processes": accelerator.num_processes,
     }

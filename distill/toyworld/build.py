@@ -19,12 +19,15 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 
+from distill.shards import atomic_write_text
 from distill.toyworld import corpus
 from distill.toyworld.config import SIZES, WorldConfig
 from distill.toyworld.target import build_target, heldout_loss, train_target
 from distill.toyworld.tokenizer import train_tokenizer
 
 BUILDER_VERSION = 2  # bump when the build procedure changes what it produces
+SPLITS = ("train", "heldout", "heldout_repeated")  # prompt splits; the last is derived from held-out
+REPEAT_SPLIT = SPLITS[2]
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,12 @@ class ToyWorld:
         return self.root / "target"
 
     def prompts_file(self, split: str) -> Path:
-        return self.root / "prompts" / f"{split}.jsonl"
+        path = self.root / "prompts" / f"{split}.jsonl"
+        if split == REPEAT_SPLIT and not path.exists():  # derived from the held-out prompts on first use
+            base = [json.loads(line)["messages"] for line in self.prompts_file("heldout").read_text().splitlines()]
+            docs = corpus.repeated_requests(base)
+            atomic_write_text(path, "".join(json.dumps({"messages": d}) + "\n" for d in docs))  # concurrent users
+        return path
 
     @property
     def info(self) -> dict:

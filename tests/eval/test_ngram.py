@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from eval.metrics import Tally, decode_figures, summarize
-from eval.ngram_proposer import NgramProposer, find_ngram_continuation
+from eval.ngram_proposer import NgramProposer, find_ngram_continuation, find_ngram_continuations, merge_branches
 from eval.proposer import Proposal
 from eval.sampling import SamplingParams
 from eval.speculative import autoregressive_generate, speculative_generate
@@ -207,3 +207,39 @@ def test_a_step_without_drafts_is_a_plain_decoding_step(target, tokenizer, promp
     figures = decode_figures(tally, Tally(seconds=1.0, tokens=len(out)), 3, is_chain=True)
     assert figures["tau"] == 1.0 and figures["alpha"] == 0.0 and figures["drafting_steps"] == 0
     assert figures["per_position_acceptance"] == [0.0, 0.0, 0.0] and figures["predicted_speedup"] == 1.0
+
+
+def _branches(tokens, lo, hi, k, matches):
+    found = find_ngram_continuations(np.array(tokens, dtype=np.int64), lo, hi, k, matches)
+    return [f.tolist() for f in found]
+
+
+def test_tree_of_matches_takes_the_longest_ngram_most_recent_first_distinct_continuations():
+    # "1 2" occurs three times before the suffix: most recent first, the repeated continuation once.
+    seq = [1, 2, 7, 7, 1, 2, 8, 9, 1, 2, 7, 7, 5, 1, 2]
+    assert _branches(seq, 1, 3, 2, 3) == [[7, 7], [8, 9]]
+    assert _branches(seq, 1, 3, 2, 1) == [[7, 7]]
+    # the longest matching n-gram decides which occurrences count: "3 1 2" only once
+    assert _branches([3, 1, 2, 4, 1, 2, 6, 3, 1, 2], 1, 3, 3, 4) == [[4, 1, 2]]
+    assert _branches([1, 2, 3, 4], 1, 3, 3, 2) == []  # nothing matches: no branch
+    tokens, parents = merge_branches([np.array([7, 7, 1]), np.array([7, 8]), np.array([9])])
+    assert tokens == [7, 7, 1, 8, 9] and parents == [-1, 0, 1, 0, -1]  # a shared prefix becomes one node
+
+
+def test_tree_of_matches_is_lossless_greedy_and_sampled(target, tokenizer, prompt_ids, greedy_reference):
+    proposer = NgramProposer(prompt_lookup_min=1, prompt_lookup_max=2, vocab_size=len(tokenizer), num_matches=3)
+    eos = {tokenizer.eos_token_id}
+    out, stats = speculative_generate(
+        target, proposer, prompt_ids, 40, 3, GREEDY, eos_ids=eos, vocab_size=len(tokenizer)
+    )
+    assert out == greedy_reference
+    assert max(stats.draft_counts) > 3  # some steps really drafted a tree of several branches
+    # end on a token that recurs in the prompt with different successors: several competing branches
+    prompt = prompt_ids[2]
+    token = next(t for t in prompt if len({b for a, b in zip(prompt, prompt[1:]) if a == t}) >= 3)
+    ids = prompt + [token]
+    proposer.reset(1, torch.device("cpu"))
+    proposal = proposer.propose([ids], 2, GREEDY)
+    roots = (proposal.parents[0, : proposal.num_draft[0]] == -1).sum()
+    assert roots >= 2  # competing first tokens: the sampled check below exercises sibling rejection
+    assert_first_tokens_follow_the_target(target, proposer, ids, len(tokenizer))

@@ -7,11 +7,13 @@ from eval.config import EvalConfig
 from eval.proposers import load_proposer
 from eval.run import evaluate
 from eval.served import served_figures, served_hook, verdict
-from heads.config import DraftLMConfig, MedusaConfig
+from heads.config import DraftLMConfig, MedusaConfig, SuffixConfig
 from heads.draft_lm import DraftLM
-from heads.families import family_of_export, write_provenance
+from heads.families import FAMILIES, family_of_export, write_provenance
 from heads.formats.fingerprint import served_files_hash
+from heads.layer_skip import LayerSkipDrafter
 from heads.ngram import NgramDrafter
+from heads.suffix import SuffixDrafter
 from tests.exporting import export
 
 needs_vllm = pytest.mark.needs_vllm  # registered in pyproject.toml
@@ -86,6 +88,8 @@ def exports(tmp_path_factory, target, tokenizer):
         "eagle3": export(fit_eagle(target), root / "eagle3", verifier=verifier, num_speculative_tokens=3),
         "eagle1": export(fit_eagle1(target), root / "eagle1"),
         "ngram": export(NgramDrafter(prompt_lookup_min=1, prompt_lookup_max=3), root / "ngram"),
+        "layer_skip": export(LayerSkipDrafter.from_target(target, [1]), root / "layer_skip", tokenizer=tokenizer),
+        "suffix": export(SuffixDrafter.from_config(SuffixConfig()), root / "suffix"),
     }
 
 
@@ -108,16 +112,14 @@ def _serve(target, tokenizer, micro_world, drafter_dir, prompt_ids, cfg=CFG, ser
 
 
 @needs_vllm
-@pytest.mark.parametrize("kind", ["draft_lm", "eagle3", "eagle1", "medusa", "ngram"])
+@pytest.mark.parametrize("kind", ["draft_lm", "eagle3", "eagle1", "medusa", "ngram", "layer_skip", "suffix"])
 def test_vllm_serves_each_export_as_our_engine_runs_it(kind, exports, target, tokenizer, micro_world, prompt_ids):
+    if FAMILIES[kind].serve_missing():  # suffix without arctic-inference (the vllm-cpu extra installs it)
+        pytest.skip(FAMILIES[kind].serve_missing())
     report = _serve(target, tokenizer, micro_world, exports[kind], prompt_ids)
     served = report["served"]
-    assert (
-        served["method"]
-        == {"draft_lm": "draft_model", "eagle3": "eagle3", "eagle1": "eagle", "medusa": "medusa", "ngram": "ngram"}[
-            kind
-        ]
-    )
+    methods = {"eagle3": "eagle3", "eagle1": "eagle", "medusa": "medusa", "ngram": "ngram", "suffix": "suffix"}
+    assert served["method"] == methods.get(kind, "draft_model")
     assert served["equal_prompts"] == len(prompt_ids)  # vLLM's speculative output == the target's greedy output
     assert served["verdict"] == "ok", served["reason"]
     ours = 1 + sum(report["per_position_acceptance"])  # τ as vLLM counts it

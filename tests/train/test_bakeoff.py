@@ -5,15 +5,16 @@ import json
 import pytest
 from hydra import compose, initialize_config_module
 
-from train.bakeoff import recommend, render_markdown
+from train.bakeoff import free_vs_trained, recommend, render_markdown
 from train.config import register_configs
 from train.pipeline import run_pipeline
 
 
-def _row(recipe, speedup, tau, lossless=True, verdict=None):
+def _row(recipe, speedup, tau, lossless=True, verdict=None, trained=True):
     return {
+        "trained": trained,
         "recipe": recipe,
-        "kind": recipe,
+        "kind": "draft_lm",
         "speedup": speedup,
         "tau": tau,
         "alpha": 0.5,
@@ -43,8 +44,9 @@ def test_recommendation_is_the_fastest_trustworthy_drafter():
     assert recommend(close, tie=0.2)["recipe"] == "eagle"
     assert "No contender qualifies" in render_markdown(
         {
-            "contenders": rows[:2],
-            "recommended": None,
+            "workloads": {
+                "default": {"contenders": rows[:2], "recommended": None, "free_vs_trained": None, "overrides": []}
+            },
             "served_check": True,
             "settings": {
                 "num_prompts": 1,
@@ -55,6 +57,49 @@ def test_recommendation_is_the_fastest_trustworthy_drafter():
             },
         }
     )
+
+
+def test_the_verdict_says_whether_training_paid_off_against_the_best_free_contender():
+    rows = [
+        _row("toy", 1.30, 2.8),
+        _row("toy_eagle", 1.10, 2.9),
+        _row("toy_ngram", 1.05, 1.6, trained=False),
+        _row("toy_suffix", 2.60, 4.0, trained=False),
+        _row("toy_lookahead", 3.00, 5.0, lossless=False, trained=False),  # lossy rows never win
+    ]
+    verdict = free_vs_trained(rows)
+    assert verdict["best_free"] == "toy_suffix" and verdict["best_trained"] == "toy"
+    assert not verdict["trained_wins"] and verdict["speedup_gain"] == pytest.approx(1.30 / 2.60)
+    assert verdict["tau_gain"] == pytest.approx(2.8 - 4.0)
+    verdict = free_vs_trained(rows[:3])
+    assert verdict["trained_wins"] and verdict["speedup_gain"] == pytest.approx(1.30 / 1.05)
+    assert free_vs_trained(rows[:2]) is None  # nothing free to compare with
+    settings = {"num_prompts": 1, "max_new_tokens": 1, "num_speculative_tokens": 1, "temperature": 0.0, "tree": None}
+    text = render_markdown(
+        {
+            "workloads": {
+                "fresh": {
+                    "contenders": rows[:3],
+                    "recommended": recommend(rows[:3]),
+                    "free_vs_trained": verdict,
+                    "overrides": [],
+                },
+                "repeated": {
+                    "contenders": rows,
+                    "recommended": recommend(rows),
+                    "free_vs_trained": free_vs_trained(rows),
+                    "overrides": ["eval_split=heldout_repeated"],
+                },
+            },
+            "served_check": False,
+            "settings": settings,
+        }
+    )
+    assert (
+        "## Workload `fresh`" in text and "## Workload `repeated` (eval overrides: eval_split=heldout_repeated)" in text
+    )
+    assert "**Training paid off here:** the best trained drafter, `toy` (1.30×, τ 2.80)" in text
+    assert "**Training did not pay off here:** the best free contender, `toy_suffix` (2.60×, τ 4.00)" in text
 
 
 @pytest.mark.slow
