@@ -129,12 +129,16 @@ def test_bakeoff_trains_every_family_on_the_same_data_and_evaluates_them_alike(t
                 "+bakeoff.overrides.toy_peagle="
                 + quoted("drafter.select_samples=4", "drafter.layer_ids=[0,1,2]", "drafter.draft_vocab_size=256"),
                 f"+bakeoff.overrides.toy_dflash={quoted('drafter.layer_ids=[1,2]')}",
+                f"+bakeoff.overrides.toy_layer_skip={quoted('drafter.search_samples=4')}",
             ],
         )
         comparison = run_pipeline(cfg)["bakeoff"]
     root = tmp_path / "bake"
-    rows = comparison["contenders"]
-    assert [r["kind"] for r in rows] == ["draft_lm", "medusa", "eagle3", "pard", "peagle", "dflash"]
+    workloads = comparison["workloads"]
+    assert list(workloads) == ["code_continuation", "repeated_requests"]
+    rows = workloads["code_continuation"]["contenders"]
+    free = ["ngram", "suffix", "lookahead", "layer_skip"]
+    assert [r["kind"] for r in rows] == ["draft_lm", "medusa", "eagle3", "pard", "peagle", "dflash", *free]
     for r in rows:
         run = root / r["recipe"]
         assert (run / "data").resolve() == (root / "data").resolve()  # one distilled dataset for all
@@ -144,16 +148,34 @@ def test_bakeoff_trains_every_family_on_the_same_data_and_evaluates_them_alike(t
             == json.loads((root / rows[0]["recipe"] / "eval" / "eval_report.json").read_text())["settings"]
         )
         assert report["settings"]["num_speculative_tokens"] == 4 and report["settings"]["tree"] is None
+        assert r["lossless"]
+        if r["kind"] in ("ngram", "suffix", "lookahead"):  # training-free: no train stage, no weights
+            assert r["parameters"] == 0 and r["train_seconds"] == 0 and not r["trained"]
+            continue
         summary = json.loads((run / "checkpoints" / "final" / "train_summary.json").read_text())
-        assert (
-            r["lossless"] and r["parameters"] == summary["parameters"] > 0 and r["train_seconds"] == summary["seconds"]
-        )
+        assert r["parameters"] == summary["parameters"] > 0 and r["train_seconds"] == summary["seconds"]
+        assert r["trained"] == (r["kind"] != "layer_skip")  # its search fits no weight: a free contender
     # one drafter forward per step for the parallel families (and Medusa's heads), γ for sequential chains
     forwards = {r["kind"]: r["draft_forwards_per_step"] for r in rows}
-    assert forwards == {"draft_lm": 4, "medusa": 1, "eagle3": 4, "pard": 1, "peagle": 1, "dflash": 1}
+    assert forwards == {
+        "draft_lm": 4, "medusa": 1, "eagle3": 4, "pard": 1, "peagle": 1, "dflash": 1,
+        "ngram": 0, "suffix": 0, "lookahead": 0, "layer_skip": 4,
+    }  # fmt: skip
     best = recommend(rows)
-    assert best["recipe"] in {r["recipe"] for r in rows} and comparison["recommended"] == best
+    assert best["recipe"] in {r["recipe"] for r in rows} and workloads["code_continuation"]["recommended"] == best
+    assert workloads["code_continuation"]["free_vs_trained"] == free_vs_trained(rows)
+    # the second workload: the same drafters (trained once, their checkpoints linked), other prompts
+    repeated = workloads["repeated_requests"]["contenders"]
+    assert [r["recipe"] for r in repeated] == [r["recipe"] for r in rows]
+    for r in repeated:
+        run = root / "repeated_requests" / r["recipe"]
+        assert (run / "checkpoints").resolve() == (root / r["recipe"] / "checkpoints").resolve()
+        report = json.loads((run / "eval" / "eval_report.json").read_text())
+        assert report["lossless"] and report["settings"]["num_prompts"] == 3
     saved = json.loads((root / "bakeoff" / "comparison.json").read_text())
-    assert saved["recommended"] == comparison["recommended"]
-    assert (root / "bakeoff" / "comparison.png").stat().st_size > 0
-    assert f"**Recommended: `{best['recipe']}` ({best['kind']})**" in (root / "bakeoff" / "comparison.md").read_text()
+    assert saved["workloads"]["code_continuation"]["recommended"] == best
+    for workload in workloads:
+        assert (root / "bakeoff" / f"comparison_{workload}.png").stat().st_size > 0
+    text = (root / "bakeoff" / "comparison.md").read_text()
+    assert f"**Recommended: `{best['recipe']}` ({best['kind']})**" in text and "## Workload `repeated_requests`" in text
+    assert "Training paid off here" in text or "Training did not pay off here" in text
