@@ -104,8 +104,13 @@ def serve_and_decode(
     dtype: str,
     settings: VLLMServeConfig,
     trust_remote_code: bool = False,
+    one_at_a_time: bool = False,
 ) -> tuple[list[list[int]], tuple[int, int, list[int], int]]:
-    """Greedy outputs per prompt (end token kept) and vLLM's counters (drafts, accepted, per position)."""
+    """Greedy outputs per prompt (end token kept) and vLLM's counters (drafts, accepted, per position).
+
+    one_at_a_time: send the prompts one after another, in order, instead of together (for a drafter
+        that drafts from earlier requests' outputs, so it sees the history our engine's eval gave it).
+    """
     reason = vllm_missing_reason()
     if reason:
         raise EvalError(f"eval.serve=vllm: {reason}")
@@ -132,8 +137,10 @@ def serve_and_decode(
         params = SamplingParams(
             temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=sorted(eos_ids), detokenize=False
         )
-        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-        outputs = [list(o.outputs[0].token_ids) for o in outs]
+        requests = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+        batches = [[r] for r in requests] if one_at_a_time else [requests]
+        outs = [o for batch in batches for o in llm.generate(batch, params, use_tqdm=False)]
+        outputs = [list(o.outputs[0].token_ids) for o in outs]  # the counters add up over the calls
         return outputs, _counters(llm.get_metrics())
     finally:
         llm.llm_engine.engine_core.shutdown()
@@ -176,6 +183,7 @@ def served_check(
             dtype=dtype,
             settings=cfg.vllm,
             trust_remote_code=trust_remote_code,
+            one_at_a_time=family.serve_in_order and cfg.batch_size == 1,
         )
     figures = served_figures(drafts, accepted, per_pos, gamma, draft_tokens)
     equal = sum(o == r for o, r in zip(outputs, reference))

@@ -94,6 +94,9 @@ class Family:
     serve_patch: Callable[[Path], AbstractContextManager] = lambda export_dir: nullcontext()
     # () → why vLLM cannot serve the family on this machine beyond vLLM itself (a missing package), or None
     serve_missing: Callable[[], Optional[str]] = lambda: None
+    # True: the drafter drafts from earlier requests' outputs (suffix decoding's global tree), so the served
+    # check sends vLLM the prompts one at a time, in eval order, as our batch-1 engine decodes them
+    serve_in_order: bool = False
 
     def speculative_config(self, export_dir: Path, num_speculative_tokens: int) -> Optional[dict]:
         """vLLM's speculative_config for serving `export_dir`; None when vLLM does not serve the family."""
@@ -467,6 +470,7 @@ FAMILIES: dict[str, Family] = {
             describe=_describe_ngram,  # the settings are the whole drafter
             check=SuffixDrafter.from_config,
             serve_missing=_arctic_missing,
+            serve_in_order=True,
         ),
         Family(
             kind="lookahead",

@@ -79,7 +79,7 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> di
             workload: {
                 "contenders": rows[workload],
                 "recommended": recommend(rows[workload], cfg.bakeoff.speedup_tie),
-                "free_vs_trained": free_vs_trained(rows[workload]),
+                "free_vs_trained": free_vs_trained(rows[workload], cfg.bakeoff.speedup_tie),
                 "overrides": list(overrides),
             }
             for workload, overrides in workloads.items()
@@ -114,27 +114,36 @@ def contender_row(name: str, run_dir: Path, train: dict, report: dict) -> dict:
         "lossless": report["lossless"],
         "parameters": train["parameters"],
         "train_seconds": train["seconds"],
-        # no optimizer step: prompt lookup, suffix decoding, lookahead, a layer skip set found by search alone
-        "trained": train.get("optimizer_steps", 0) > 0,
+        "trained": _trained(train),
         "served_tau": served.get("tau"),
         "served_verdict": served.get("verdict"),
         "run_dir": str(run_dir),
     }
 
 
-def free_vs_trained(rows: list[dict]) -> dict | None:
-    """Whether the best trained drafter beats the best free one (by measured speed-up; lossless rows only)."""
+def _trained(train: dict) -> bool:
+    """Whether the train stage fitted weights. Free: prompt lookup, suffix decoding, lookahead (no train stage)
+    and a layer skip set found by search alone (0 optimizer steps). Summaries written before the step count
+    was recorded all come from trainings that fitted weights."""
+    return "skipped" not in train and train.get("optimizer_steps", 1) > 0
+
+
+def free_vs_trained(rows: list[dict], tie: float = 0.03) -> dict | None:
+    """Whether the best trained drafter beats the best free one (lossless rows, by measured speed-up; within
+    `tie` of each other the speed-ups count as equal, as in `recommend`)."""
     lossless = [r for r in rows if r["lossless"]]
     free = max((r for r in lossless if not r["trained"]), key=lambda r: r["speedup"], default=None)
     trained = max((r for r in lossless if r["trained"]), key=lambda r: r["speedup"], default=None)
     if free is None or trained is None:
         return None
+    gain = trained["speedup"] / free["speedup"]  # > 1: training paid off
     return {
         "best_free": free["recipe"],
         "best_trained": trained["recipe"],
-        "trained_wins": trained["speedup"] > free["speedup"],
-        "speedup_gain": trained["speedup"] / free["speedup"],  # > 1: training paid off
+        "outcome": "trained" if gain > 1 + tie else ("free" if gain < 1 / (1 + tie) else "tie"),
+        "speedup_gain": gain,
         "tau_gain": trained["tau"] - free["tau"],
+        "tie": tie,
     }
 
 
@@ -143,17 +152,24 @@ def _free_vs_trained_line(verdict: dict | None, rows: list[dict]) -> str:
         return "No comparison of trained and training-free drafters (the bake-off lacks one of the two)."
     by = {r["recipe"]: r for r in rows}
     free, trained = by[verdict["best_free"]], by[verdict["best_trained"]]
-    gain = verdict["speedup_gain"]
-    if verdict["trained_wins"]:
+    named = {
+        key: f"`{r['recipe']}` ({r['speedup']:.2f}×, τ {r['tau']:.2f})"
+        for key, r in (("free", free), ("trained", trained))
+    }
+    tau = f"{verdict['tau_gain']:+.2f} in τ for the trained one"
+    if verdict["outcome"] == "trained":
         return (
-            f"**Training paid off here:** the best trained drafter, `{trained['recipe']}` ({trained['speedup']:.2f}×, "
-            f"τ {trained['tau']:.2f}), beats the best free one, `{free['recipe']}` ({free['speedup']:.2f}×, "
-            f"τ {free['tau']:.2f}), by {gain:.2f}× in speed and {verdict['tau_gain']:+.2f} in τ."
+            f"**Training paid off here:** the best trained drafter, {named['trained']}, beats the best free one, "
+            f"{named['free']}, by {verdict['speedup_gain']:.2f}× in speed-up ({tau})."
+        )
+    if verdict["outcome"] == "free":
+        return (
+            f"**Training did not pay off here:** the best free contender, {named['free']}, is "
+            f"{1 / verdict['speedup_gain']:.2f}× as fast as the best trained drafter, {named['trained']} ({tau})."
         )
     return (
-        f"**Training did not pay off here:** the best free contender, `{free['recipe']}` ({free['speedup']:.2f}×, "
-        f"τ {free['tau']:.2f}), is at least as fast as the best trained drafter, `{trained['recipe']}` "
-        f"({trained['speedup']:.2f}×, τ {trained['tau']:.2f}; {verdict['tau_gain']:+.2f} in τ)."
+        f"**A tie in speed-up:** the best trained drafter, {named['trained']}, and the best free one, "
+        f"{named['free']}, are within {verdict['tie']:.0%} of each other ({tau})."
     )
 
 

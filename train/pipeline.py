@@ -101,7 +101,7 @@ def run_pipeline(config) -> dict:
             continue  # only training is data parallel; the main process distils, evaluates and publishes
         if stage == "train" and not trainable:
             print(f"[train] skipped: {cfg.drafter.kind} is training-free")
-            results[stage] = {"skipped": "training-free", "seconds": 0.0, "parameters": 0}
+            results[stage] = {"skipped": "training-free", "seconds": 0.0, "parameters": 0, "optimizer_steps": 0}
             continue
         t0 = time.perf_counter()
         results[stage] = STAGE_RUNNERS[stage](Run(cfg, cfg_dict, paths, device, hashes[stage], hashes))

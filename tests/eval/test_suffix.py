@@ -12,7 +12,8 @@ from eval.proposer import begin_workload
 from eval.run import evaluate
 from eval.sampling import SamplingParams
 from eval.speculative import speculative_generate
-from eval.suffix_proposer import SuffixProposer, SuffixTree
+from eval.suffix_proposer import SuffixProposer
+from eval.suffix_tree import SuffixTree
 from heads.errors import HeadsError
 from heads.suffix import SuffixDrafter
 from tests.eval.fitting import assert_first_tokens_follow_the_target
