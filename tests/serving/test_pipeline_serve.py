@@ -49,7 +49,13 @@ def test_training_free_ngram_runs_eval_serve_and_publish_from_its_settings(tmp_p
     assert served["method"] == "ngram" and served["verdict"] == "ok", served
     assert served["files_sha256"] == served_files_hash(run_dir / "drafter") == report["export_sha256"]
     config = json.loads((run_dir / "drafter" / "config.json").read_text())
-    assert config == {"drafthub_kind": "ngram", "method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    assert config == {
+        "drafthub_kind": "ngram",
+        "method": "ngram",
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 5,
+        "num_matches": 1,
+    }
     assert json.loads((run_dir / "drafter" / "drafthub.json").read_text())["kind"] == "ngram"
     assert '"method": "ngram"' in (run_dir / "drafter" / "README.md").read_text()
 
@@ -76,3 +82,19 @@ def test_serving_without_vllm_fails_before_any_stage(tmp_path, monkeypatch):
     ):
         run_pipeline(cfg)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("recipe, kind", [("toy_lookahead", "lookahead"), ("toy_suffix", "suffix")])
+def test_training_free_lookahead_and_suffix_evaluate_and_publish_from_their_settings(
+    tmp_path, micro_world, recipe, kind
+):
+    small = ["target=micro", "eval.num_prompts=3", "eval.max_new_tokens=16", "eval.gamma_sweep=[]"]
+    r = run("train", f"recipe={recipe}", *small, f"run_dir={tmp_path}/run")
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    report = json.loads((run_dir / "eval" / "eval_report.json").read_text())
+    assert report["kind"] == kind and report["lossless"] is True and report["draft_forwards_per_step"] == 0
+    assert json.loads((run_dir / "drafter" / "config.json").read_text())["drafthub_kind"] == kind
+    card = (run_dir / "drafter" / "README.md").read_text()
+    assert "## Use it" in card
+    assert ("no lookahead method" if kind == "lookahead" else "'method': 'suffix'") in card
