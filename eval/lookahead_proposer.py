@@ -47,7 +47,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from eval.proposer import Proposal, TargetFeatures
+from eval.proposer import Proposal, TargetFeatures, merge_chains, point_mass_proposal
 from eval.sampling import SamplingParams
 from heads.lookahead import LookaheadDrafter
 
@@ -63,27 +63,6 @@ def window_tree(window_size: int, ngram_size: int) -> tuple[np.ndarray, np.ndarr
     parents = np.where(flat < window_size, flat - 2, flat - window_size - 1)  # level 0: column i−1; else level j−1
     top = (ngram_size - 2) * window_size + np.arange(window_size) - 1
     return parents, top
-
-
-def verification_branch(ngrams) -> tuple[list[int], list[int]]:
-    """Merge continuations of the root into a trie, in order (topological, siblings distinct).
-
-    Args:
-        ngrams: sequences of N−1 tokens that follow the root token.
-    Returns:
-        (tokens, parents) per trie node; parent −1 = the root.
-    """
-    tokens, parents, node_of = [], [], {}
-    for gram in ngrams:
-        parent = -1
-        for token in gram:
-            node = node_of.get((parent, token))
-            if node is None:
-                node = node_of[(parent, token)] = len(tokens)
-                tokens.append(token)
-                parents.append(parent)
-            parent = node
-    return tokens, parents
 
 
 def remember(pool: dict, key: int, gram: tuple, capacity: int) -> None:
@@ -159,26 +138,19 @@ class LookaheadProposer:
             row.context, row.root, row.proposed = sequence, sequence[-1], len(sequence)
             if self.pool_from_prompt and self.max_verify_ngrams:
                 self._pool_verified(row)
-            branches.append(verification_branch(row.pool.get(row.root, ())))
-        window = len(self.window_parents)
-        width = max(len(tokens) for tokens, _ in branches) + window
-        tokens = np.zeros((len(sequences), width), dtype=np.int64)  # (B, M)
-        parents = np.full((len(sequences), width), -1, dtype=np.int64)  # (B, M): padding hangs from the root
-        for b, ((trie, trie_parents), row) in enumerate(zip(branches, self.rows)):
+            branches.append(merge_chains(row.pool.get(row.root, ())))  # the verification branch
+        rows = []
+        for (trie, trie_parents), row in zip(branches, self.rows):
             size = row.trie_size = len(trie)
-            tokens[b, :size], parents[b, :size] = trie, trie_parents
-            tokens[b, size : size + window] = row.levels.reshape(-1)[1:]  # level-major, the root left out
-            parents[b, size : size + window] = np.where(self.window_parents < 0, -1, self.window_parents + size)
-        draft_tokens = torch.from_numpy(tokens).to(self.device)
-        probs = None
-        if not params.greedy:  # deterministic proposals: q is one-hot at each node
-            probs = torch.zeros(*draft_tokens.shape, self.vocab_size, device=self.device)  # (B, M, V)
-            probs.scatter_(-1, draft_tokens[..., None], 1.0)
-        return Proposal(
-            draft_tokens,
-            probs,
-            torch.from_numpy(parents).to(self.device),
-            torch.tensor([row.trie_size + window for row in self.rows], device=self.device),
+            window_parents = np.where(self.window_parents < 0, -1, self.window_parents + size)
+            # the trie, then the window level-major with the root left out
+            rows.append((trie + row.levels.reshape(-1)[1:].tolist(), trie_parents + window_parents.tolist()))
+        return point_mass_proposal(
+            rows,
+            params,
+            self.vocab_size,
+            self.device,
+            tree=True,
             draft_forwards=0,  # the window rides in the verification forward
             observe=self.observe,
         )

@@ -42,7 +42,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from eval.proposer import Proposal, TargetFeatures
+from eval.proposer import Proposal, TargetFeatures, merge_chains, point_mass_proposal
 from eval.sampling import SamplingParams
 
 
@@ -126,24 +126,6 @@ def find_ngram_continuations(
     return found
 
 
-def merge_branches(branches: list[np.ndarray]) -> tuple[list[int], list[int]]:
-    """Branches (token chains from the root) merged into a trie: (tokens, parents) in topological
-    order, parent −1 = the root; shared prefixes become one node, so siblings are distinct tokens."""
-    tokens: list[int] = []
-    parents: list[int] = []
-    children: dict[tuple[int, int], int] = {}  # (parent node, token) → node
-    for branch in branches:
-        node = -1
-        for token in branch.tolist():
-            child = children.get((node, token))
-            if child is None:
-                child = children[(node, token)] = len(tokens)
-                tokens.append(token)
-                parents.append(node)
-            node = child
-    return tokens, parents
-
-
 class NgramProposer:
     """Chains copied from earlier in each row's own sequence (prompt lookup), as vLLM's `ngram`; or,
     with num_matches > 1, a tree of the continuations of several occurrences (our engine only).
@@ -194,22 +176,8 @@ class NgramProposer:
             nodes = [(find_ngram_continuation(c, *lookup, self.max_model_len).tolist(), None) for c in contexts]
         else:
             found = [find_ngram_continuations(c, *lookup, self.num_matches, self.max_model_len) for c in contexts]
-            nodes = [merge_branches(branches) for branches in found]
-        counts = [len(t) for t, _ in nodes]
-        width = max(counts, default=0)
-        tokens = np.zeros((len(nodes), width), dtype=np.int64)  # (B, N), padding 0
-        parents = np.full((len(nodes), width), -1, dtype=np.int64)  # (B, N), padding hangs from the root
-        for b, (t, p) in enumerate(nodes):
-            tokens[b, : len(t)] = t
-            if p is not None:
-                parents[b, : len(p)] = p
-        draft_tokens = torch.from_numpy(tokens).to(self.device)
-        probs = None
-        if not params.greedy:  # a deterministic proposal: q is one-hot at each draft token
-            probs = torch.zeros(*draft_tokens.shape, self.vocab_size, device=self.device)  # (B, N, V)
-            probs.scatter_(-1, draft_tokens[..., None], 1.0)
-        tree = torch.from_numpy(parents).to(self.device) if self.num_matches > 1 else None
-        return Proposal(draft_tokens, probs, tree, num_draft=torch.tensor(counts, device=self.device))
+            nodes = [merge_chains(branches) for branches in found]
+        return point_mass_proposal(nodes, params, self.vocab_size, self.device, tree=self.num_matches > 1)
 
     def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
         """Nothing to roll back: proposals read only verified tokens, which `propose` is given."""

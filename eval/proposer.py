@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Protocol
 
+import numpy as np
 import torch
 
 from eval.kv_cache import SlotCache
@@ -72,6 +73,62 @@ class Proposer(Protocol):
 
     def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
         """The first num_valid[b] tokens of row b are verified; features cover those new since the last call."""
+
+
+def merge_chains(chains) -> tuple[list[int], list[int]]:
+    """Token chains continuing the root, merged into a trie: (tokens, parents) in topological order, parent
+    −1 = the root. Shared prefixes become one node, so siblings are distinct tokens (what lossless tree
+    verification of point-mass proposals needs: a rejected sibling's token leaves p)."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    node_of: dict[tuple[int, int], int] = {}  # (parent node, token) → node
+    for chain in chains:
+        parent = -1
+        for token in list(chain):
+            node = node_of.get((parent, int(token)))
+            if node is None:
+                node = node_of[(parent, int(token))] = len(tokens)
+                tokens.append(int(token))
+                parents.append(parent)
+            parent = node
+    return tokens, parents
+
+
+def point_mass_proposal(
+    rows: list[tuple[list[int], Optional[list[int]]]],
+    params: SamplingParams,
+    vocab_size: int,
+    device: torch.device,
+    *,
+    tree: bool,
+    **fields,
+) -> Proposal:
+    """A deterministic proposal (n-gram, suffix, lookahead) from per-row (tokens, parents) as one padded block.
+
+    Rows are padded with token 0 (hanging from the root in a tree) and `num_draft` says how many nodes are
+    real; q is one-hot at every node when sampling. tree=False: a chain (parents None). fields: the
+    Proposal's other fields (draft_forwards, observe).
+    """
+    counts = [len(t) for t, _ in rows]
+    width = max(counts, default=0)
+    tokens = np.zeros((len(rows), width), dtype=np.int64)  # (B, N), padding 0
+    parents = np.full((len(rows), width), -1, dtype=np.int64)  # (B, N), padding hangs from the root
+    for b, (row_tokens, row_parents) in enumerate(rows):
+        tokens[b, : len(row_tokens)] = row_tokens
+        if row_parents is not None:
+            parents[b, : len(row_parents)] = row_parents
+    draft_tokens = torch.from_numpy(tokens).to(device)
+    probs = None
+    if not params.greedy:  # a deterministic proposal: q is one-hot at each draft token
+        probs = torch.zeros(*draft_tokens.shape, vocab_size, device=device)  # (B, N, V)
+        probs.scatter_(-1, draft_tokens[..., None], 1.0)
+    return Proposal(
+        draft_tokens,
+        probs,
+        torch.from_numpy(parents).to(device) if tree else None,
+        num_draft=torch.tensor(counts, device=device),
+        **fields,
+    )
 
 
 def begin_workload(proposer: Proposer, name: str) -> None:

@@ -48,10 +48,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-import numpy as np
 import torch
 
-from eval.proposer import Proposal, TargetFeatures
+from eval.proposer import Proposal, TargetFeatures, point_mass_proposal
 from eval.sampling import SamplingParams
 from eval.suffix_tree import Draft, SuffixTree
 from heads.suffix import SuffixDrafter
@@ -133,25 +132,8 @@ class SuffixProposer:
         if len(self._rows) != len(sequences):
             self.reset(len(sequences), self.device)
         drafts = [self._draft(b, s, num_speculative_tokens) for b, s in enumerate(sequences)]
-        counts = [len(d.tokens) for d in drafts]
-        width = max(counts, default=0)
-        tokens = np.zeros((len(drafts), width), dtype=np.int64)  # (B, N), padding 0
-        parents = np.full((len(drafts), width), -1, dtype=np.int64)  # (B, N), padding hangs from the root
-        for b, d in enumerate(drafts):
-            tokens[b, : len(d.tokens)] = d.tokens
-            if d.parents is not None:
-                parents[b, : len(d.parents)] = d.parents
-        draft_tokens = torch.from_numpy(tokens).to(self.device)
-        probs = None
-        if not params.greedy:  # a deterministic proposal: q is one-hot at each draft token
-            probs = torch.zeros(*draft_tokens.shape, self.vocab_size, device=self.device)  # (B, N, V)
-            probs.scatter_(-1, draft_tokens[..., None], 1.0)
-        return Proposal(
-            draft_tokens,
-            probs,
-            torch.from_numpy(parents).to(self.device) if self.use_tree_spec else None,
-            num_draft=torch.tensor(counts, device=self.device),
-        )
+        rows = [(d.tokens, d.parents) for d in drafts]
+        return point_mass_proposal(rows, params, self.vocab_size, self.device, tree=self.use_tree_spec)
 
     def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
         """Nothing to roll back: the trees hold only verified tokens, which `propose` is given."""

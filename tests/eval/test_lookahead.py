@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from eval.kv_cache import ancestor_mask
-from eval.lookahead_proposer import LookaheadProposer, RowState, remember, verification_branch, window_tree
+from eval.lookahead_proposer import LookaheadProposer, RowState, remember, window_tree
+from eval.proposer import merge_chains
 from eval.sampling import SamplingParams
 from eval.speculative import speculative_generate
 from heads.config import LookaheadConfig
@@ -68,7 +69,7 @@ def test_pool_keeps_the_most_recent_ngrams_and_the_branch_is_a_trie():
     assert pool[1] == [(4, 5), (2, 6), (2, 3)]
     remember(pool, 1, (7, 7), capacity=3)
     assert pool[1] == [(7, 7), (4, 5), (2, 6)]  # the oldest fell out
-    tokens, parents = verification_branch(pool[1] + [(2, 8)])
+    tokens, parents = merge_chains(pool[1] + [(2, 8)])
     assert tokens == [7, 7, 4, 5, 2, 6, 8] and parents == [-1, 0, -1, 2, -1, 4, 4]  # (2, 6), (2, 8) share 2
 
 

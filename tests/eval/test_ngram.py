@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from eval.metrics import Tally, decode_figures, summarize
-from eval.ngram_proposer import NgramProposer, find_ngram_continuation, find_ngram_continuations, merge_branches
-from eval.proposer import Proposal
+from eval.ngram_proposer import NgramProposer, find_ngram_continuation, find_ngram_continuations
+from eval.proposer import Proposal, merge_chains
 from eval.sampling import SamplingParams
 from eval.speculative import autoregressive_generate, speculative_generate
 from tests.eval.fitting import assert_first_tokens_follow_the_target
@@ -222,7 +222,7 @@ def test_tree_of_matches_takes_the_longest_ngram_most_recent_first_distinct_cont
     # the longest matching n-gram decides which occurrences count: "3 1 2" only once
     assert _branches([3, 1, 2, 4, 1, 2, 6, 3, 1, 2], 1, 3, 3, 4) == [[4, 1, 2]]
     assert _branches([1, 2, 3, 4], 1, 3, 3, 2) == []  # nothing matches: no branch
-    tokens, parents = merge_branches([np.array([7, 7, 1]), np.array([7, 8]), np.array([9])])
+    tokens, parents = merge_chains([np.array([7, 7, 1]), np.array([7, 8]), np.array([9])])
     assert tokens == [7, 7, 1, 8, 9] and parents == [-1, 0, 1, 0, -1]  # a shared prefix becomes one node
 
 
