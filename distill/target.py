@@ -35,6 +35,16 @@ def toyworld_prompts(name_or_path: str, split: str):
     return load_world(name_or_path[len(TOYWORLD_PREFIX) :]).prompts_file(split)
 
 
+def toyworld_corpus(name_or_path: str) -> list[str] | None:
+    """The toy world's own training texts (its train-split source files), or None for other targets."""
+    if not name_or_path.startswith(TOYWORLD_PREFIX):
+        return None
+    from distill.toyworld import SIZES, corpus
+
+    train_files, _ = corpus.list_sources()
+    return [f.text for f in corpus.take_bytes(train_files, SIZES[name_or_path[len(TOYWORLD_PREFIX) :]].corpus_bytes)]
+
+
 def torch_dtype(name: str):
     if name == "auto":
         return "auto"

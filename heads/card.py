@@ -38,12 +38,23 @@ drafthub (recipe `{provenance["recipe"]["recipe_name"]}`).
 {acceptance_row}
 
 Per-position acceptance: {per_pos or "n/a"}. Recommended `num_speculative_tokens` (fastest in
-the γ sweep): {ev.get("recommended_num_speculative_tokens", "n/a")}.{_served_line(ev)}{details}
+the γ sweep): {ev.get("recommended_num_speculative_tokens", "n/a")}.{_served_line(ev)}
+{training_line(provenance.get("training_data"))}{details}
 
 {usage}
 
 Provenance (target revision, tokenizer hash, data manifest, resolved recipe) is in `drafthub.json`.
 """
+
+
+def training_line(data: dict | None) -> str:
+    """What budget produced the τ above: data size and source, policy, steps."""
+    if not data:
+        return "Training: none (this drafter has no trained weights)."
+    return (
+        f"Training: {data['samples']} samples ({data['source']}), {data['policy']}, "
+        f"{data['optimizer_steps']} optimizer steps × {data['sequences_per_step']} sequences."
+    )
 
 
 def _model_index(name: str, ev: dict) -> str:

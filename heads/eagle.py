@@ -22,7 +22,7 @@ writes it from the native checkpoint).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -299,19 +299,31 @@ class Eagle3Drafter(nn.Module):
         return self.lm_head(self.norm(hidden))
 
     def forward(
-        self, features: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int
+        self,
+        features: torch.Tensor,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        steps: int,
+        feed: Optional[Callable[[int, torch.Tensor], torch.Tensor]] = None,
     ) -> list[torch.Tensor]:
         """Training entry point (what accelerate wraps): the training-time test, see ttt_logits."""
-        return self.ttt_logits(features, input_ids, attention_mask, steps)
+        return self.ttt_logits(features, input_ids, attention_mask, steps, feed)
 
     def ttt_logits(
-        self, features: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor, steps: int
+        self,
+        features: torch.Tensor,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        steps: int,
+        feed: Optional[Callable[[int, torch.Tensor], torch.Tensor]] = None,
     ) -> list[torch.Tensor]:
         """Training-time test over whole sequences.
 
         Args:
             features: (B, T, 3·H_target) target hidden states at layer_ids, concatenated.
             input_ids, attention_mask: (B, T).
+            feed: optional (j, step j−1 logits (B, T, D)) → (B, T) target ids step j ≥ 1 reads at
+                each position instead of token t+j+1 — the drafter's own drafts, for on-policy training.
         Returns:
             steps × (B, T, D): entry [t] of step j predicts token t+j+2 (after reading tokens up to t+j+1).
         """
@@ -324,7 +336,10 @@ class Eagle3Drafter(nn.Module):
         k0 = v0 = None
         diag_k, diag_v, out = [], [], []
         for j in range(steps):
-            tokens = F.pad(input_ids[:, j + 1 :], (0, j + 1))  # (B, T): token t+j+1 (0 past the end)
+            if j and feed is not None:
+                tokens = feed(j, out[-1])
+            else:
+                tokens = F.pad(input_ids[:, j + 1 :], (0, j + 1))  # (B, T): token t+j+1 (0 past the end)
             x, residual = layer.attention_input(self.embed_tokens(tokens), hidden)
             q, k, v = layer.self_attn.project(x, positions + j)
             if j == 0:

@@ -115,6 +115,7 @@ def contender_row(name: str, run_dir: Path, train: dict, report: dict) -> dict:
         "parameters": train["parameters"],
         "train_seconds": train["seconds"],
         "trained": _trained(train),
+        "training_data": train.get("training_data"),
         "served_tau": served.get("tau"),
         "served_verdict": served.get("verdict"),
         "run_dir": str(run_dir),
@@ -206,14 +207,16 @@ def write_comparison(out: Path, comparison: dict) -> None:
 
 
 def _table(rows: list[dict], served: bool) -> list[str]:
-    head = "| recipe | drafter | τ | α | c | drafter forwards/step | speed-up | lossless | parameters | training |" + (
-        " served τ | served check |" if served else ""
+    head = (
+        "| recipe | drafter | τ | α | c | drafter forwards/step | speed-up | lossless | parameters | training "
+        "| training data |" + (" served τ | served check |" if served else "")
     )
-    rule = "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if served else "")
+    rule = "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if served else "")
     return [head, rule] + [
         f"| {r['recipe']} | {r['kind']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['cost_ratio']:.3f} "
         f"| {r['draft_forwards_per_step']:.1f} | {r['speedup']:.2f}× "
-        f"| {'yes' if r['lossless'] else 'NO'} | {r['parameters'] / 1e6:.2f} M | {_training(r)} |"
+        f"| {'yes' if r['lossless'] else 'NO'} | {r['parameters'] / 1e6:.2f} M | {_training(r)} "
+        f"| {_data(r.get('training_data'))} |"
         + (f" {_num(r['served_tau'])} | {r['served_verdict'] or _not_served(r)} |" if served else "")
         for r in rows
     ]
@@ -222,6 +225,14 @@ def _table(rows: list[dict], served: bool) -> list[str]:
 def _training(row: dict) -> str:
     minutes = f"{row['train_seconds'] / 60:.1f} min"
     return minutes if row["trained"] or row["train_seconds"] else "none (0)"
+
+
+def _data(data: dict | None) -> str:
+    """Samples, source and policy, so a reader knows what budget produced a τ."""
+    if not data:
+        return "—"
+    source = "" if data["source"] == "the target's answers" else f", {data['source']}"
+    return f"{data['samples']} samples{source}, {data['policy'].replace('_', '-')}"
 
 
 def _not_served(row: dict) -> str:

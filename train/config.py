@@ -20,7 +20,15 @@ STAGES = ("distill", "train", "eval", "publish")
 
 @dataclass
 class TrainerConfig:
-    loss: str = "fkl"  # fkl | rkl | jsd | tvd | ce (ce: plain CE on the sampled tokens, no teacher); Medusa: per head
+    # fkl | rkl | jsd | tvd | ce (plain CE on the sampled tokens, no teacher) | al (expected accepted length of a
+    # γ-chain, maximised); Medusa: per head; EAGLE-3: fkl (soft CE over its training-time test) or al
+    loss: str = "fkl"
+    acceptance_gamma: int = 4  # loss=al: the chain length γ whose expected accepted length is maximised
+    # off_policy: train on the distilled sequences | on_policy: a share of the micro-batches is drafted by the
+    # drafter itself and scored by the frozen target online (DistillSpec; EAGLE-3: its own γ-chains)
+    policy: str = "off_policy"
+    on_policy_fraction: float = 0.5  # on_policy: share λ of micro-batches drafted by the drafter (DistillSpec's mix)
+    on_policy_temperature: float = 1.0  # on_policy: temperature the drafter samples its drafts at (0 = greedy)
     jsd_beta: float = 0.5  # β of the generalised JSD (0.5 = symmetric JSD)
     kd_temperature: float = 1.0  # softens both distributions before the KD loss
     lr: float = 3e-3  # peak learning rate (AdamW)

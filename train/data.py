@@ -38,11 +38,13 @@ class BatchOrder:
         return rows[self.rank :: self.world_size]
 
     def batch(self, micro_step: int) -> dict[str, torch.Tensor]:
-        """Collated rows plus `rows`, their dataset indices (offline features are looked up by them)."""
+        """Collated rows plus `rows`, their dataset indices (offline features are looked up by them), and
+        `micro_step` (on-policy training draws its samples from it, so a resumed run draws the same)."""
         indices = self.indices(micro_step)
         rows = self.dataset[indices]
         return collate(rows["input_ids"], rows["loss_mask"], self.max_seq_len, self.pad) | {
-            "rows": torch.tensor(indices)
+            "rows": torch.tensor(indices),
+            "micro_step": torch.tensor(micro_step),
         }
 
 

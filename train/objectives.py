@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Optional, Protocol
 
 import torch
 import torch.nn.functional as F
 
 from distill.features import final_hidden_states, layer_features
 from heads.medusa_tree import rank_accuracy
-from train.losses import kd_loss
+from train.losses import (
+    acceptance_length_loss,
+    acceptance_rate,
+    chain_accepted_length,
+    kd_loss,
+    sequence_accepted_length,
+)
+from train.on_policy import OnPolicy, branch_block, draft_lm_rollout, score_branches
 
 
 class Objective(Protocol):
@@ -27,16 +34,32 @@ class DraftLMDistillation:
 
     Position t's logits predict token t+1; a position counts when token t+1 is assistant-written.
     Logits are compared over the first `vocab_size` entries (the tokenizer's vocabulary), so a
-    draft and a target with differently padded embedding tables still line up.
+    draft and a target with differently padded embedding tables still line up. With `on_policy`,
+    a share of micro-batches swaps the target's answers for the drafter's own (train/on_policy.py).
+    Loss `al` maximises the expected accepted length of γ-chains starting at every counted position.
     """
 
     def __init__(
-        self, target: torch.nn.Module, loss: str, vocab_size: int, jsd_beta: float = 0.5, temperature: float = 1.0
+        self,
+        target: torch.nn.Module,
+        loss: str,
+        vocab_size: int,
+        jsd_beta: float = 0.5,
+        temperature: float = 1.0,
+        *,
+        gamma: int = 4,
+        on_policy: Optional[OnPolicy] = None,
+        pad_token_id: int = 0,
+        eos_ids: frozenset = frozenset(),
     ):
         self.target, self.loss, self.vocab_size = target, loss, vocab_size
-        self.jsd_beta, self.temperature = jsd_beta, temperature
+        self.jsd_beta, self.temperature, self.gamma = jsd_beta, temperature, gamma
+        self.on_policy, self.pad_token_id, self.eos_ids = on_policy, pad_token_id, set(eos_ids)
 
     def __call__(self, model, batch):
+        drafted = self.on_policy is not None and self.on_policy.takes(batch)
+        if drafted:
+            batch = draft_lm_rollout(model, batch, self.on_policy, self.vocab_size, self.pad_token_id, self.eos_ids)
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
         mask = (batch["loss_mask"][:, 1:] * attention_mask[:, 1:]).bool()  # (B, T-1)
         student = model(input_ids=input_ids, attention_mask=attention_mask).logits
@@ -48,7 +71,12 @@ class DraftLMDistillation:
                 teacher = teacher[:, :-1, : self.vocab_size][mask]
         labels = input_ids[:, 1:][mask]  # (N,)
         t = self.temperature
-        per_token = kd_loss(self.loss, student / t, None if teacher is None else teacher / t, labels, self.jsd_beta)
+        if self.loss == "al":
+            alpha = acceptance_rate((student / t).softmax(-1), (teacher / t).softmax(-1))  # (N,)
+            grid = torch.zeros(mask.shape, dtype=alpha.dtype, device=alpha.device).masked_scatter(mask, alpha)
+            per_token = acceptance_length_loss(sequence_accepted_length(grid, mask, self.gamma)[mask], self.gamma)
+        else:
+            per_token = kd_loss(self.loss, student / t, None if teacher is None else teacher / t, labels, self.jsd_beta)
         loss = per_token.sum() / max(per_token.numel(), 1)  # a batch cut before any answer token gives 0, not NaN
         with torch.no_grad():
             reference = labels if teacher is None else teacher.argmax(-1)
@@ -57,6 +85,7 @@ class DraftLMDistillation:
                 "loss": loss.detach(),
                 "top1_agreement": agree.sum() / max(agree.numel(), 1),
                 "positions": mask.sum(),
+                "on_policy": torch.tensor(float(drafted)),
             }
         return loss, metrics
 
@@ -128,6 +157,12 @@ class Eagle3TrainingTimeTest:
     step: accuracy (the drafter's argmax, mapped to a target id, equals the target's argmax) and
     `sim_tau` = 1 + Σ_j Π_{i≤j} acc_i, the accepted length a chain of `steps` would reach if
     steps erred independently — a cheap stand-in for decoding, used to pick the best checkpoint.
+
+    loss `al` instead maximises each position's expected accepted length Σ_j Π_{i≤j} α_j, α_j the
+    acceptance rate of step j (the target's full distribution against the drafter's). With
+    `on_policy`, a share of micro-batches feeds each step the token the drafter itself drew at the
+    step before (as the speculative loop does) instead of the target's token, and the target
+    scores those chains online (train/on_policy.py).
     """
 
     def __init__(
@@ -138,10 +173,14 @@ class Eagle3TrainingTimeTest:
         steps: int = 7,
         decay: float = 0.8,
         store=None,
+        *,
+        loss: str = "fkl",
+        on_policy: Optional[OnPolicy] = None,
     ):
         """store: a distill.feature_store.FeatureStore for offline features (then only the target's lm_head runs)."""
         self.target, self.layer_ids, self.steps, self.decay, self.store = target, list(layer_ids), steps, decay, store
         self.draft_ids = draft_ids  # (D,) target id of each draft id
+        self.loss, self.on_policy = loss, on_policy
         self.progress_keys = ["loss", "sim_tau", "step0_acc"]
 
     def _target_signals(self, batch):
@@ -160,28 +199,65 @@ class Eagle3TrainingTimeTest:
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
         features, target_logits = self._target_signals(batch)  # (B, T, F), (B, T, V)
         draft_ids = self.draft_ids.to(input_ids.device)
-        target_p = target_logits[..., draft_ids].float().softmax(-1)  # (B, T, D) over the draft vocabulary
-        target_top = target_logits.argmax(-1)  # (B, T)
         counts = (batch["loss_mask"] * attention_mask).bool()
         T = input_ids.shape[1]
+        drafted = self.on_policy is not None and self.on_policy.takes(batch)
+        drafts: list[torch.Tensor] = []  # on-policy: the token each step j ≥ 1 read, drawn at step j − 1
+        if drafted:
+            generator = self.on_policy.generator(batch, input_ids.device)
+
+            def feed(j, previous_logits):
+                drafts.append(draft_ids[self.on_policy.draw(previous_logits.detach(), generator)])
+                return drafts[-1]
+
+            outputs = model(features, input_ids, attention_mask, self.steps, feed)
+        else:
+            outputs = model(features, input_ids, attention_mask, self.steps)
+        branch_logits, node_of = None, []
+        if drafted and len(outputs) > 1:
+            anchors = F.pad(counts[:, 2:], (0, 2))  # (B, T): anchor t's first draft is token t+2
+            tokens, parents, valid, node_of = branch_block(
+                input_ids, attention_mask, anchors, drafts[: len(outputs) - 1]
+            )
+            branch_logits = score_branches(self.target, tokens, parents, valid)  # (B, T + M, V)
         total, metrics, chain = 0.0, {}, 1.0
         sim_tau = torch.ones((), device=input_ids.device)
-        for j, logits in enumerate(model(features, input_ids, attention_mask, self.steps)):
+        alphas = []  # loss al: per step, (B, T) acceptance rates at counted positions
+        for j, logits in enumerate(outputs):
             span = T - j - 2  # positions t whose label t+j+2 exists
             if span <= 0:
                 break
             m = counts[:, j + 2 :]  # (B, span)
+            if j and branch_logits is not None:  # the target on the drafter's own chain
+                nodes = node_of[j - 1][:, :span][m]
+                rows = m.nonzero()[:, 0]
+                p_logits = branch_logits[rows, nodes]  # (N, V)
+            else:
+                p_logits = target_logits[:, j + 1 : j + 1 + span][m]  # (N, V) the target's logits for token t+j+2
             q = logits[:, :span][m].float().log_softmax(-1)  # (N, D)
-            p = target_p[:, j + 1 : j + 1 + span][m]  # (N, D) the target's distribution for token t+j+2
-            loss_j = -(p * q).sum(-1).sum() / max(q.shape[0], 1)
+            if self.loss == "al":
+                alpha = acceptance_rate(q.exp(), p_logits.float().softmax(-1)[:, draft_ids])
+                alphas.append(torch.zeros(m.shape, device=alpha.device).masked_scatter(m, alpha))
+                loss_j = q.new_zeros(())
+            else:
+                p = p_logits[:, draft_ids].float().softmax(-1)  # over the draft vocabulary
+                loss_j = -(p * q).sum(-1).sum() / max(q.shape[0], 1)
             total = total + self.decay**j * loss_j
             with torch.no_grad():
-                hit = (draft_ids[q.argmax(-1)] == target_top[:, j + 1 : j + 1 + span][m]).float()
+                hit = (draft_ids[q.argmax(-1)] == p_logits.argmax(-1)).float()
                 acc = hit.mean() if hit.numel() else hit.new_zeros(())
                 chain = chain * acc
                 sim_tau = sim_tau + chain
                 metrics[f"step{j}_loss"], metrics[f"step{j}_acc"] = loss_j.detach(), acc
+        if self.loss == "al":  # chains start at positions whose first draft counts
+            span0 = alphas[0].shape[1]
+            stacked = torch.stack([F.pad(a, (0, span0 - a.shape[1])) for a in alphas])  # (γ, B, span0)
+            starts = counts[:, 2:]
+            expected = chain_accepted_length(stacked)[starts]
+            total = acceptance_length_loss(expected, len(alphas)).sum() / max(expected.numel(), 1)
+            metrics["expected_accepted"] = expected.detach().mean() if expected.numel() else total.detach()
         metrics["loss"], metrics["sim_tau"], metrics["positions"] = total.detach(), sim_tau, counts[:, 2:].sum()
+        metrics["on_policy"] = torch.tensor(float(drafted))
         return total, metrics
 
 

@@ -4,12 +4,14 @@ stage touches the disk, the network or an engine."""
 
 from __future__ import annotations
 
+from distill.config import DATA_SOURCES
 from eval.proposers import check_eval_settings
 from eval.served import vllm_missing_reason
 from heads.families import get_family
 from train.config import STAGES, RunConfig
 from train.errors import PipelineError
 from train.losses import LOSSES
+from train.on_policy import POLICIES
 from train.setups import training_setup
 
 
@@ -21,10 +23,10 @@ def check_run(cfg: RunConfig) -> None:
     family = get_family(cfg.drafter.kind)  # an unknown kind fails here, naming the known ones
     family.check(cfg.drafter)
     _check_against_target(family, cfg)
+    if cfg.data.source not in DATA_SOURCES:
+        raise PipelineError(f"data.source={cfg.data.source!r}; use one of {list(DATA_SOURCES)}")
     if family.trainable:
-        training_setup(family.kind)
-        if cfg.trainer.loss not in LOSSES:
-            raise PipelineError(f"trainer.loss={cfg.trainer.loss!r} is not a loss; use one of {list(LOSSES)}")
+        _check_training(training_setup(family.kind), family.kind, cfg.trainer)
     check_eval_settings(family.kind, cfg.drafter, cfg.eval)
     if cfg.bakeoff.serve not in ("auto", "off"):
         raise PipelineError(
@@ -56,3 +58,24 @@ def _check_against_target(family, cfg: RunConfig) -> None:
     except PlanError:
         return
     family.check_target(cfg.drafter, config)
+
+
+def _check_training(setup, kind: str, trainer) -> None:
+    """The loss and policy the family's objective implements; anything else is refused, never ignored."""
+    if trainer.loss not in LOSSES:
+        raise PipelineError(f"trainer.loss={trainer.loss!r} is not a loss; use one of {list(LOSSES)}")
+    if trainer.loss not in setup.losses:
+        raise PipelineError(
+            f"trainer.loss={trainer.loss} is not implemented for {kind} drafters; use one of {list(setup.losses)}"
+        )
+    if trainer.policy not in POLICIES:
+        raise PipelineError(f"trainer.policy={trainer.policy!r}; use one of {list(POLICIES)}")
+    if trainer.policy == "on_policy" and setup.off_policy_only:
+        raise PipelineError(
+            f"trainer.policy=on_policy is not available for {kind} drafters: {setup.off_policy_only}; "
+            "use trainer.policy=off_policy"
+        )
+    if not 0 < trainer.on_policy_fraction <= 1:
+        raise PipelineError(f"trainer.on_policy_fraction={trainer.on_policy_fraction} must be in (0, 1]")
+    if trainer.on_policy_temperature < 0 or trainer.acceptance_gamma < 1:
+        raise PipelineError("trainer.on_policy_temperature must be ≥ 0 and trainer.acceptance_gamma ≥ 1")

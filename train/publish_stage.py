@@ -34,6 +34,7 @@ def provenance(run: Run, report: dict) -> dict:
         "target": target | {"resolved": resolve_target(cfg.target.name_or_path)},
         "tokenizer_hash": tokenizer_hash(load_tokenizer(cfg.target)),
         "data_manifest_hash": manifest.get("config_hash"),
+        "training_data": summary.get("training_data"),  # size, source and policy behind the τ (None: untrained)
         "recipe": run.cfg_dict,
         "eval": {k: v for k, v in report.items() if k != "stage_hash"},
         "export_sha256": report["export_sha256"],  # what push_to_hub checks the files against

@@ -31,7 +31,9 @@ from train.dflash_objective import DFlashDenoising
 from train.errors import PipelineError
 from train.layer_skip_search import search_skip_layers
 from train.loop import best_weights
+from train.losses import KD_LOSSES, LOSSES
 from train.objectives import DraftLMDistillation, Eagle1Distillation, Eagle3TrainingTimeTest, MedusaDistillation
+from train.on_policy import OnPolicy
 from train.pard_objective import PardDistillation
 from train.peagle_objective import PEagleParallelDrafting
 
@@ -46,6 +48,7 @@ class TrainContext:
     dataset: Any  # the distilled samples (datasets.Dataset)
     paths: Any  # RunPaths
     device: torch.device
+    rank: int = 0  # this process's index (on-policy samples differ per process)
 
 
 @dataclass
@@ -68,6 +71,9 @@ class TrainingSetup:
     ]  # planner: (cfg, tokens=, layer=, logits=, …) → (target extra, drafter)
     unroll: Callable[[Any], int] = lambda drafter_cfg: 1  # drafter forwards per token in training (EAGLE-3's TTT steps)
     feature_layers: Optional[Callable[[Any], int]] = None  # target layers an offline feature store keeps per token
+    losses: tuple[str, ...] = ("fkl",)  # trainer.loss values the objective implements (others are refused)
+    # why trainer.policy=on_policy is refused, or None where the objective trains on the drafter's own drafts
+    off_policy_only: Optional[str] = "its drafts never feed back into its own inputs"
 
 
 def hold_out(dataset, count: int, batch_size: int, key: str):
@@ -113,13 +119,33 @@ def _logits_bytes(tokens: int, vocab: int) -> float:
 # --- draft LM ---------------------------------------------------------------------------------
 
 
-def _prepare_draft_lm(ctx: TrainContext) -> Prepared:
-    cfg, trainer = ctx.cfg, ctx.cfg.trainer
-    drafter = DraftLM.from_config(cfg.drafter, ctx.target.config, ctx.tokenizer, cfg.target.trust_remote_code)
-    objective = DraftLMDistillation(
-        ctx.target, trainer.loss, len(ctx.tokenizer), jsd_beta=trainer.jsd_beta, temperature=trainer.kd_temperature
+def on_policy(ctx: TrainContext) -> Optional[OnPolicy]:
+    """The on-policy sampler trainer.policy asks for, or None (off-policy)."""
+    trainer = ctx.cfg.trainer
+    if trainer.policy != "on_policy":
+        return None
+    return OnPolicy(trainer.on_policy_fraction, trainer.on_policy_temperature, trainer.seed, ctx.rank)
+
+
+def draft_lm_objective(ctx: TrainContext) -> DraftLMDistillation:
+    trainer = ctx.cfg.trainer
+    return DraftLMDistillation(
+        ctx.target,
+        trainer.loss,
+        len(ctx.tokenizer),
+        jsd_beta=trainer.jsd_beta,
+        temperature=trainer.kd_temperature,
+        gamma=trainer.acceptance_gamma,
+        on_policy=on_policy(ctx),
+        pad_token_id=ctx.tokenizer.pad_token_id,
+        eos_ids=frozenset(eos_token_ids(ctx.target, ctx.tokenizer)),
     )
-    return Prepared(drafter, objective, ctx.dataset)
+
+
+def _prepare_draft_lm(ctx: TrainContext) -> Prepared:
+    cfg = ctx.cfg
+    drafter = DraftLM.from_config(cfg.drafter, ctx.target.config, ctx.tokenizer, cfg.target.trust_remote_code)
+    return Prepared(drafter, draft_lm_objective(ctx), ctx.dataset)
 
 
 def _meta_draft_lm(cfg, target, config) -> torch.nn.Module:
@@ -272,6 +298,8 @@ def _prepare_eagle3(ctx: TrainContext) -> Prepared:
         steps=cfg.drafter.ttt_steps,
         decay=cfg.drafter.step_decay,
         store=store,
+        loss=cfg.trainer.loss,
+        on_policy=on_policy(ctx),
     )
     dataset, select = held_out_selection(ctx, objective)
     return Prepared(drafter, objective, dataset, select=select, state={"draft_vocab": report})
@@ -442,9 +470,7 @@ def _prepare_layer_skip(ctx: TrainContext) -> Prepared:
         )
     drafter = LayerSkipDrafter.from_target(ctx.target, skip)
     drafter.freeze_shared()
-    objective = DraftLMDistillation(
-        ctx.target, trainer.loss, len(ctx.tokenizer), jsd_beta=trainer.jsd_beta, temperature=trainer.kd_temperature
-    )
+    objective = draft_lm_objective(ctx)
     return Prepared(drafter, objective, train_part, state=state, steps=d.fine_tune_steps)
 
 
@@ -474,14 +500,21 @@ def _activations_layer_skip(cfg, *, tokens, hidden, layer, vocab, act_bytes, tar
     return 0.0, (layers - len(_planned_skip(cfg))) * layer + _logits_bytes(tokens, vocab)
 
 
+_BLOCK = "it drafts a whole block in one forward, so its inputs never hold its own drafts"
 SETUPS: dict[str, TrainingSetup] = {
-    "draft_lm": TrainingSetup(_prepare_draft_lm, _nothing_after, _meta_draft_lm, _activations_draft_lm),
-    "pard": TrainingSetup(_prepare_pard, _finish_pard, _meta_draft_lm, _activations_pard),
+    "draft_lm": TrainingSetup(
+        _prepare_draft_lm, _nothing_after, _meta_draft_lm, _activations_draft_lm, losses=LOSSES, off_policy_only=None
+    ),
+    "pard": TrainingSetup(
+        _prepare_pard, _finish_pard, _meta_draft_lm, _activations_pard, losses=KD_LOSSES, off_policy_only=_BLOCK
+    ),
     "medusa": TrainingSetup(
         _prepare_medusa,
         _finish_medusa,
         lambda cfg, target, config: MedusaHeads.from_target(cfg.drafter, target),
         _activations_medusa,
+        losses=KD_LOSSES,
+        off_policy_only="its heads read only the target's hidden states, never their own drafts",
     ),
     "eagle3": TrainingSetup(
         _prepare_eagle3,
@@ -490,6 +523,8 @@ SETUPS: dict[str, TrainingSetup] = {
         _activations_eagle3,
         unroll=lambda d: d.ttt_steps,
         feature_layers=lambda d: 3,
+        losses=("fkl", "al"),  # fkl: soft cross-entropy against the target (KL up to its entropy)
+        off_policy_only=None,
     ),
     "peagle": TrainingSetup(
         _prepare_peagle,
@@ -498,6 +533,7 @@ SETUPS: dict[str, TrainingSetup] = {
         _activations_peagle,
         unroll=lambda d: 2,  # one forward, real entries plus masks (≈ 2× at anchors·(K−1) ≈ max_seq_len)
         feature_layers=lambda d: 3,
+        off_policy_only=_BLOCK,
     ),
     "eagle1": TrainingSetup(
         _prepare_eagle1,
@@ -505,9 +541,20 @@ SETUPS: dict[str, TrainingSetup] = {
         lambda cfg, target, config: Eagle1Drafter.from_target(cfg.drafter, target),
         _activations_eagle1,
         feature_layers=lambda d: 0,
+        # fkl: its fixed objective, feature regression plus soft cross-entropy
+        off_policy_only="on-policy training is implemented for EAGLE-3, not for EAGLE-1's feature regression",
     ),
-    "dflash": TrainingSetup(_prepare_dflash, _finish_dflash, _meta_dflash, _activations_dflash),
-    "layer_skip": TrainingSetup(_prepare_layer_skip, _finish_layer_skip, _meta_layer_skip, _activations_layer_skip),
+    "dflash": TrainingSetup(
+        _prepare_dflash, _finish_dflash, _meta_dflash, _activations_dflash, losses=KD_LOSSES, off_policy_only=_BLOCK
+    ),
+    "layer_skip": TrainingSetup(
+        _prepare_layer_skip,
+        _finish_layer_skip,
+        _meta_layer_skip,
+        _activations_layer_skip,
+        losses=LOSSES,
+        off_policy_only="its kept layers are fine-tuned on the target's answers only",
+    ),
 }
 
 

@@ -20,6 +20,19 @@ from train.stage import Run
 SUMMARY = "train_summary.json"
 
 
+def training_data(cfg, samples: int) -> dict:
+    """What produced a τ: the data's size and source and the training policy (for reports and cards)."""
+    trainer = cfg.trainer
+    policy = trainer.policy if trainer.policy == "off_policy" else f"on_policy (λ = {trainer.on_policy_fraction:g})"
+    return {
+        "samples": samples,
+        "source": "the target's answers" if cfg.data.source == "target" else "raw corpus text",
+        "policy": policy,
+        "optimizer_steps": trainer.max_steps,
+        "sequences_per_step": trainer.batch_size * trainer.grad_accum,
+    }
+
+
 def train_stage(run: Run) -> dict:
     """Train (or resume) the drafter; return the summary saved next to the final checkpoint."""
     cfg, paths = run.cfg, run.paths
@@ -38,7 +51,7 @@ def train_stage(run: Run) -> dict:
     device = accelerator.device if accelerator.num_processes > 1 else run.device  # each process's own GPU (or the CPU)
     tokenizer = load_tokenizer(cfg.target)
     target = load_target(cfg.target, device)
-    ctx = TrainContext(cfg, target, tokenizer, load_distilled(paths.data), paths, device)
+    ctx = TrainContext(cfg, target, tokenizer, load_distilled(paths.data), paths, device, accelerator.process_index)
     torch.manual_seed(cfg.trainer.seed)  # the fresh drafter's initial weights
     t0 = time.perf_counter()  # preparing counts: a vocabulary, offline features or a layer search is training cost
     prepared = setup.prepare(ctx)
@@ -62,6 +75,7 @@ def train_stage(run: Run) -> dict:
         "optimizer_steps": trainer.max_steps,  # 0: nothing was fitted (a layer skip set found by search alone)
         "parameters": parameters,
         "processes": accelerator.num_processes,
+        "training_data": training_data(cfg, len(prepared.dataset)),
     }
     state = full_state_dict(accelerator, prepared.drafter)  # all processes: ZeRO-3 gathers the shards
     if accelerator.is_main_process:

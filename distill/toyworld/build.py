@@ -127,7 +127,7 @@ def _build(cfg: WorldConfig, train_files, heldout_files, digest: str, out: Path)
     tokenizer.save_pretrained(out / "target")
     # Distill prompts come from train files (a fresh seed), eval prompts from held-out files.
     _write_prompts(
-        out / "prompts" / "train.jsonl", corpus.chat_documents(train_files, cfg.num_prompts, seed=cfg.seed + 1)
+        out / "prompts" / "train.jsonl", corpus.chat_documents(train_files, cfg.num_train_prompts, seed=cfg.seed + 1)
     )
     _write_prompts(
         out / "prompts" / "heldout.jsonl", corpus.chat_documents(heldout_files, cfg.num_prompts, seed=cfg.seed + 2)

@@ -20,7 +20,8 @@ class WorldConfig:
     lr: float
     chat_fraction: float  # share of training windows drawn from chat-formatted documents
     num_chat_docs: int  # chat documents built from the train files for target training
-    num_prompts: int  # prompts per split (train / heldout) written for distill and eval
+    num_prompts: int  # held-out prompts written for eval
+    num_train_prompts: int  # train-split prompts written for distill (nested: the first N are the same for any count)
     seed: int = 0
 
     def as_dict(self) -> dict:
@@ -42,6 +43,7 @@ MICRO = WorldConfig(
     chat_fraction=0.5,
     num_chat_docs=2000,
     num_prompts=64,
+    num_train_prompts=64,
 )
 
 TOY = WorldConfig(
@@ -59,6 +61,7 @@ TOY = WorldConfig(
     chat_fraction=0.5,
     num_chat_docs=20000,
     num_prompts=256,
+    num_train_prompts=4096,  # the data-scaling benchmark's largest size; recipes take data.max_prompts of them
 )
 
 SIZES = {c.name: c for c in (MICRO, TOY)}

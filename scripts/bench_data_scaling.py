@@ -1,0 +1,171 @@
+"""How much do data, the data's source and on-policy training buy? Held-out τ per drafter family per data size.
+
+Distils the target's answers once at the largest size, then trains each family's toy recipe on
+nested subsets (the first N samples) at equal optimizer steps and evaluates it alike (held-out
+prompts, greedy, γ = 4). Also trains the draft LM on raw corpus text (`data.source=corpus`) and
+the draft LM and EAGLE-3 on-policy (`trainer.policy=on_policy`) at `--compare-size`, against
+their off-policy runs there. Every run is a plain `python -m train` in its own run directory,
+so a rerun skips what is done. Prints one JSON line (τ per family per size, the ratios and the
+issue's goals) and writes a PNG of the curves.
+
+    python scripts/bench_data_scaling.py --out runs/bench_data_scaling
+    python scripts/bench_data_scaling.py --families toy toy_eagle toy_pard --sizes 256 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FAMILIES = {  # recipe → label; the parallel drafters are listed too (--families picks)
+    "toy": "draft LM",
+    "toy_medusa": "Medusa",
+    "toy_eagle": "EAGLE-3",
+    "toy_pard": "PARD",
+    "toy_peagle": "P-EAGLE",
+    "toy_dflash": "DFlash",
+}
+ON_POLICY = ("toy", "toy_eagle")  # the families with an on-policy objective
+SAME_EVAL = ["eval.gamma_sweep=[]", "eval.num_speculative_tokens=4", "eval.serve=null", "eval.tree=null"]
+
+
+def _train(out: Path, name: str, recipe: str, overrides: list[str], data_dir: Path | None) -> dict:
+    """`python -m train` for one run (skipped when its eval report exists); its report and train summary."""
+    run_dir = out / name
+    report = run_dir / "eval" / "eval_report.json"
+    if not report.exists():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if data_dir is not None and not (run_dir / "data").exists():
+            os.symlink(os.path.relpath(data_dir, run_dir), run_dir / "data", target_is_directory=True)
+        cmd = [sys.executable, "-m", "train", f"recipe={recipe}", f"run_dir={run_dir}", "stages=[distill,train,eval]"]
+        t0 = time.perf_counter()
+        with open(out / f"{name}.log", "w") as log:
+            subprocess.run(cmd + SAME_EVAL + overrides, check=True, stdout=log, stderr=subprocess.STDOUT)
+        print(f"[bench] {name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    summary = json.loads((run_dir / "checkpoints" / "final" / "train_summary.json").read_text())
+    r = json.loads(report.read_text())
+    return {"tau": round(r["tau"], 3), "alpha": round(r["alpha"], 3), "train_seconds": summary["seconds"]}
+
+
+def _subset(out: Path, size: int, largest: int) -> Path:
+    """The first `size` samples of the largest distilled set, as the data directory a size-N run expects."""
+    from distill.config import DataConfig, SamplingConfig, TargetConfig
+    from distill.run import first_samples
+
+    target, greedy = TargetConfig(), SamplingConfig(temperature=0)  # conf/data/toy.yaml: greedy answers
+    source = out / f"data-{largest}"
+    path = out / f"data-{size}"
+    if size != largest:
+        first_samples(source, path, target, DataConfig(max_prompts=size, sampling=greedy))
+    return path
+
+
+def _plot(path: Path, sizes: list[int], curves: dict, goals: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for label, taus in curves.items():
+        xs = [s for s in sizes if str(s) in taus]
+        ax.plot(xs, [taus[str(s)] for s in xs], marker="o", label=label)
+    for label, (size, tau) in goals.items():
+        ax.scatter([size], [tau], marker="x", s=60, zorder=3, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(s) for s in sizes])
+    ax.set_xlabel("distilled prompts (equal optimizer steps)")
+    ax.set_ylabel("held-out τ (greedy, γ = 4)")
+    ax.set_title("Toy target: acceptance vs training data")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("runs/bench_data_scaling"))
+    parser.add_argument("--sizes", type=int, nargs="+", default=[256, 1024, 4096])
+    parser.add_argument("--families", nargs="+", default=["toy", "toy_eagle", "toy_medusa"], choices=list(FAMILIES))
+    parser.add_argument("--steps", type=int, default=300, help="optimizer steps of every run")
+    parser.add_argument("--compare-size", type=int, default=1024, help="size of the corpus and on-policy runs")
+    parser.add_argument("--no-compare", action="store_true", help="only the data-scaling curves")
+    args = parser.parse_args()
+    sizes, out = sorted(args.sizes), args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    steps = [f"trainer.max_steps={args.steps}"]
+
+    t0 = time.perf_counter()
+    largest = sizes[-1]
+    _train_distill = [sys.executable, "-m", "train", "recipe=toy", f"data.max_prompts={largest}", "stages=[distill]"]
+    if not (out / f"data-{largest}" / "manifest.json").exists():
+        with open(out / "distill.log", "w") as log:
+            subprocess.run(
+                _train_distill + [f"run_dir={out / 'distill'}"], check=True, stdout=log, stderr=subprocess.STDOUT
+            )
+        os.replace(out / "distill" / "data", out / f"data-{largest}")
+    distill_seconds = json.loads((out / f"data-{largest}" / "manifest.json").read_text())["seconds"]
+    data = {size: _subset(out, size, largest) for size in sizes}
+
+    curves: dict[str, dict[str, float]] = {}
+    runs: dict[str, dict] = {}
+    for recipe in args.families:
+        for size in sizes:
+            name = f"{recipe}-{size}"
+            runs[name] = _train(out, name, recipe, steps + [f"data.max_prompts={size}"], data[size])
+            curves.setdefault(FAMILIES[recipe], {})[str(size)] = runs[name]["tau"]
+
+    ratios, goals = {}, {}
+    n = args.compare_size
+    if not args.no_compare:
+        base = {
+            r: runs.get(f"{r}-{n}") or _train(out, f"{r}-{n}", r, steps + [f"data.max_prompts={n}"], data.get(n))
+            for r in ON_POLICY
+        }
+        corpus = _train(out, f"toy-corpus-{n}", "toy", steps + [f"data.max_prompts={n}", "data.source=corpus"], None)
+        runs[f"toy-corpus-{n}"] = corpus
+        ratios["distilled_vs_corpus_draft_lm"] = round(base["toy"]["tau"] / corpus["tau"], 3)
+        goals[f"draft LM, raw corpus ({n})"] = (n, corpus["tau"])
+        for recipe in ON_POLICY:
+            name = f"{recipe}-on_policy-{n}"
+            runs[name] = _train(
+                out, name, recipe, steps + [f"data.max_prompts={n}", "trainer.policy=on_policy"], data.get(n)
+            )
+            ratios[f"on_vs_off_policy_{FAMILIES[recipe]}"] = round(runs[name]["tau"] / base[recipe]["tau"], 3)
+            goals[f"{FAMILIES[recipe]}, on-policy ({n})"] = (n, runs[name]["tau"])
+        if "toy_eagle" in args.families and "toy" in args.families:
+            default = str(sizes[0])
+            ratios["eagle3_vs_draft_lm"] = {
+                str(s): round(curves["EAGLE-3"][str(s)] / curves["draft LM"][str(s)], 3) for s in sizes
+            }
+            ratios["eagle3_vs_draft_lm_at_default"] = ratios["eagle3_vs_draft_lm"].get(default)
+    _plot(out / "data_scaling.png", sizes, curves, goals)
+    result = {
+        "bench": "data_scaling",
+        "target": "toyworld:toy",
+        "eval": "32 held-out prompts × 64 tokens, greedy, chain γ = 4",
+        "optimizer_steps": args.steps,
+        "sizes": sizes,
+        "tau": curves,
+        "runs": runs,
+        "ratios": ratios,
+        "goals": {
+            "on_policy_gain_ge_1.10": {k: v >= 1.10 for k, v in ratios.items() if k.startswith("on_vs_off")},
+            "distilled_vs_corpus_ge_1.4": ratios.get("distilled_vs_corpus_draft_lm", 0) >= 1.4,
+        },
+        "distill_seconds_largest": distill_seconds,
+        "plot": str(out / "data_scaling.png"),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    (out / "data_scaling.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
