@@ -140,7 +140,8 @@ def first_samples(source_dir: str | Path, out_dir: str | Path, target: TargetCon
     """
     source = read_manifest(source_dir)
     count = source["counts"]["samples"] if source else 0
-    if not source or source["config_hash"] != config_hash(target, replace(data, max_prompts=count)):
+    asked = source["prompts"].get("max_prompts", count) if source else 0  # prompts dropped as too long aside
+    if not source or source["config_hash"] != config_hash(target, replace(data, max_prompts=asked)):
         raise DistillError(f"{source_dir} was not distilled with these settings; distil it with max_prompts ≥ N first")
     if not 0 < data.max_prompts <= count:
         raise DistillError(f"data.max_prompts={data.max_prompts} must be in 1…{count}, the samples {source_dir} holds")
@@ -241,7 +242,12 @@ def _write_manifest(out_dir, target, data, tokenizer, *, digest, num_shards, dro
         "target": {"name_or_path": target.name_or_path, "revision": target.revision},
         "tokenizer_hash": tokenizer_hash(tokenizer),
         "source": data.source,
-        "prompts": {"source": data.prompts, "split": data.split, "dropped_too_long": dropped},
+        "prompts": {
+            "source": data.prompts,
+            "split": data.split,
+            "max_prompts": data.max_prompts,
+            "dropped_too_long": dropped,
+        },
         "backend": data.backend,
         "regenerate": data.regenerate,
         "sampling": asdict(data.sampling),

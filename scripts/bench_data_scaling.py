@@ -57,7 +57,7 @@ def _subset(out: Path, size: int, largest: int) -> Path:
     from distill.config import DataConfig, SamplingConfig, TargetConfig
     from distill.run import first_samples
 
-    target, greedy = TargetConfig(), SamplingConfig(temperature=0)  # conf/data/toy.yaml: greedy answers
+    target, greedy = TargetConfig(), SamplingConfig(temperature=0.0)  # conf/data/toy.yaml: greedy answers
     source = out / f"data-{largest}"
     path = out / f"data-{size}"
     if size != largest:
@@ -124,15 +124,16 @@ def main() -> None:
     ratios, goals = {}, {}
     n = args.compare_size
     if not args.no_compare:
+        on_policy = [r for r in ON_POLICY if r in args.families]
         base = {
             r: runs.get(f"{r}-{n}") or _train(out, f"{r}-{n}", r, steps + [f"data.max_prompts={n}"], data.get(n))
-            for r in ON_POLICY
+            for r in on_policy
         }
         corpus = _train(out, f"toy-corpus-{n}", "toy", steps + [f"data.max_prompts={n}", "data.source=corpus"], None)
         runs[f"toy-corpus-{n}"] = corpus
         ratios["distilled_vs_corpus_draft_lm"] = round(base["toy"]["tau"] / corpus["tau"], 3)
         goals[f"draft LM, raw corpus ({n})"] = (n, corpus["tau"])
-        for recipe in ON_POLICY:
+        for recipe in on_policy:
             name = f"{recipe}-on_policy-{n}"
             runs[name] = _train(
                 out, name, recipe, steps + [f"data.max_prompts={n}", "trainer.policy=on_policy"], data.get(n)

@@ -93,6 +93,28 @@ def test_a_forgotten_entry_stops_the_run_before_any_work(table, message, monkeyp
         check_run(cfg)
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["drafter=medusa", "trainer.policy=on_policy"], "on_policy is not available for medusa drafters: its heads"),
+        (["drafter=pard", "trainer.policy=on_policy"], "on_policy is not available for pard drafters: it drafts"),
+        (["drafter=medusa", "trainer.loss=al"], r"trainer.loss=al is not implemented for medusa drafters"),
+        (["drafter=eagle3", "trainer.loss=tvd"], r"not implemented for eagle3 drafters; use one of \['fkl', 'al'\]"),
+        (["trainer.policy=offpolicy"], "trainer.policy='offpolicy'"),
+        (["trainer.policy=on_policy", "trainer.on_policy_fraction=0"], r"on_policy_fraction=0.0 must be in \(0, 1\]"),
+        (["data.source=web"], "data.source='web'; use one of"),
+    ],
+)
+def test_a_loss_or_policy_the_family_lacks_is_refused_before_any_work(overrides, message):
+    """Never silently ignored: EAGLE-3 used to train its soft cross-entropy whatever trainer.loss said."""
+    from omegaconf import OmegaConf
+
+    with pytest.raises(Exception, match=message):
+        check_run(OmegaConf.to_object(_compose("target=micro", *overrides)))
+    for kind in ("draft_lm", "eagle3"):  # the families with an on-policy objective pass
+        check_run(OmegaConf.to_object(_compose("target=micro", f"drafter={kind}", "trainer.policy=on_policy")))
+
+
 def _native(kind, target, tokenizer, path):
     """A fresh native checkpoint (or settings) of each family, for the micro target."""
     torch.manual_seed(0)
