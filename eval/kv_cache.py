@@ -43,6 +43,25 @@ def ancestor_mask(parents: torch.Tensor) -> torch.Tensor:
     return seen
 
 
+def block_attention(
+    cached_valid: torch.Tensor, parents: torch.Tensor, input_valid: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The additive attention mask (B, 1, m, S + m) and position ids (B, m) of a token-tree block.
+
+    Each node sees the valid cached slots (B, S), itself and its valid ancestors, and sits at the
+    position after them, so its output equals a plain forward over its own path. Padding hides
+    from every other node but still sees itself, so no row is all-masked.
+    """
+    batch, m = parents.shape
+    ancestors = ancestor_mask(parents)  # (B, m, m)
+    see_block = ancestors & (input_valid[:, None, :] | torch.eye(m, dtype=torch.bool, device=parents.device))
+    see = torch.cat([cached_valid[:, None, :].expand(batch, m, -1), see_block], dim=2)  # (B, m, S+m)
+    depth = (ancestors & input_valid[:, None, :]).sum(-1) - 1  # (B, m) valid ancestors
+    position_ids = cached_valid.sum(1, keepdim=True) + depth.clamp_min(0)
+    mask = torch.zeros(see.shape, dtype=dtype, device=see.device).masked_fill(~see, torch.finfo(dtype).min)
+    return mask[:, None], position_ids
+
+
 def _check_full_attention(model) -> None:
     """Slot surgery and our 4D masks assume every layer attends to every earlier token."""
     kinds = set(getattr(model.config, "layer_types", None) or ["full_attention"])
@@ -106,17 +125,10 @@ class SlotCache:
             input_valid = torch.ones_like(input_ids, dtype=torch.bool)
         if parents is None:
             parents = torch.arange(-1, m - 1, device=input_ids.device).expand(batch, m)
-        ancestors = ancestor_mask(parents)  # (B, m, m)
-        # Padding hides from every other node but still sees itself, so no row is all-masked.
-        see_block = ancestors & (input_valid[:, None, :] | torch.eye(m, dtype=torch.bool, device=input_ids.device))
-        see = torch.cat([self.valid[:, None, :].expand(batch, m, -1), see_block], dim=2)  # (B, m, S+m)
-        depth = (ancestors & input_valid[:, None, :]).sum(-1) - 1  # (B, m) valid ancestors
-        position_ids = self.valid.sum(1, keepdim=True) + depth.clamp_min(0)
-        dtype = next(model.parameters()).dtype
-        mask = torch.zeros(see.shape, dtype=dtype, device=see.device).masked_fill(~see, torch.finfo(dtype).min)
+        mask, position_ids = block_attention(self.valid, parents, input_valid, next(model.parameters()).dtype)
         out = model(
             input_ids=input_ids,
-            attention_mask=mask[:, None],
+            attention_mask=mask,
             position_ids=position_ids,
             past_key_values=self.cache,
             use_cache=True,

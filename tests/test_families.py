@@ -102,6 +102,11 @@ def test_a_forgotten_entry_stops_the_run_before_any_work(table, message, monkeyp
         (["drafter=eagle3", "trainer.loss=tvd"], r"not implemented for eagle3 drafters; use one of \['fkl', 'al'\]"),
         (["trainer.policy=offpolicy"], "trainer.policy='offpolicy'"),
         (["trainer.policy=on_policy", "trainer.on_policy_fraction=0"], r"on_policy_fraction=0.0 must be in \(0, 1\]"),
+        (["trainer.policy=on_policy", "trainer.loss=ce"], "trainer.loss=ce learns the sampled tokens"),
+        (
+            ["drafter=eagle3", "trainer.policy=on_policy", "trainer.on_policy_rollout=answers"],
+            r"on_policy_rollout='answers' is not available for eagle3 drafters; use one of \['chains'\]",
+        ),
         (["data.source=web"], "data.source='web'; use one of"),
     ],
 )
@@ -113,6 +118,8 @@ def test_a_loss_or_policy_the_family_lacks_is_refused_before_any_work(overrides,
         check_run(OmegaConf.to_object(_compose("target=micro", *overrides)))
     for kind in ("draft_lm", "eagle3"):  # the families with an on-policy objective pass
         check_run(OmegaConf.to_object(_compose("target=micro", f"drafter={kind}", "trainer.policy=on_policy")))
+    answers = ["trainer.policy=on_policy", "trainer.on_policy_rollout=answers"]  # DistillSpec's whole answers
+    check_run(OmegaConf.to_object(_compose("target=micro", *answers)))
 
 
 def _native(kind, target, tokenizer, path):

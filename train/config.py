@@ -23,12 +23,16 @@ class TrainerConfig:
     # fkl | rkl | jsd | tvd | ce (plain CE on the sampled tokens, no teacher) | al (expected accepted length of a
     # γ-chain, maximised); Medusa: per head; EAGLE-3: fkl (soft CE over its training-time test) or al
     loss: str = "fkl"
-    acceptance_gamma: int = 4  # loss=al: the chain length γ whose expected accepted length is maximised
+    # loss=al: the chain length γ whose expected accepted length is maximised; also the on-policy chains' length
+    acceptance_gamma: int = 4
     # off_policy: train on the distilled sequences | on_policy: a share of the micro-batches is drafted by the
-    # drafter itself and scored by the frozen target online (DistillSpec; EAGLE-3: its own γ-chains)
+    # drafter itself and scored by the frozen target online (DistillSpec)
     policy: str = "off_policy"
     on_policy_fraction: float = 0.5  # on_policy: share λ of micro-batches drafted by the drafter (DistillSpec's mix)
     on_policy_temperature: float = 1.0  # on_policy: temperature the drafter samples its drafts at (0 = greedy)
+    # on_policy: chains (the γ-chain the speculative loop drafts after every answer position; EAGLE-3 only
+    # drafts these) | answers (draft LM: the drafter writes whole answers to the prompts, as in DistillSpec)
+    on_policy_rollout: str = "chains"
     jsd_beta: float = 0.5  # β of the generalised JSD (0.5 = symmetric JSD)
     kd_temperature: float = 1.0  # softens both distributions before the KD loss
     lr: float = 3e-3  # peak learning rate (AdamW)

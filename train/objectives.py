@@ -16,7 +16,15 @@ from train.losses import (
     kd_loss,
     sequence_accepted_length,
 )
-from train.on_policy import OnPolicy, branch_block, draft_lm_rollout, score_branches
+from train.on_policy import (
+    OnPolicy,
+    branch_block,
+    chain_starts,
+    draft_lm_chains,
+    draft_lm_rollout,
+    score_branches,
+    tree_logits,
+)
 
 
 class Objective(Protocol):
@@ -35,7 +43,8 @@ class DraftLMDistillation:
     Position t's logits predict token t+1; a position counts when token t+1 is assistant-written.
     Logits are compared over the first `vocab_size` entries (the tokenizer's vocabulary), so a
     draft and a target with differently padded embedding tables still line up. With `on_policy`,
-    a share of micro-batches swaps the target's answers for the drafter's own (train/on_policy.py).
+    a share of micro-batches trains on the γ-chains the drafter drafts from every counted position,
+    or swaps the target's answers for the drafter's own (rollout `answers`; train/on_policy.py).
     Loss `al` maximises the expected accepted length of γ-chains starting at every counted position.
     """
 
@@ -58,6 +67,8 @@ class DraftLMDistillation:
 
     def __call__(self, model, batch):
         drafted = self.on_policy is not None and self.on_policy.takes(batch)
+        if drafted and self.on_policy.rollout == "chains":
+            return self._on_chains(model, batch)
         if drafted:
             batch = draft_lm_rollout(model, batch, self.on_policy, self.vocab_size, self.pad_token_id, self.eos_ids)
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
@@ -86,6 +97,38 @@ class DraftLMDistillation:
                 "top1_agreement": agree.sum() / max(agree.numel(), 1),
                 "positions": mask.sum(),
                 "on_policy": torch.tensor(float(drafted)),
+            }
+        return loss, metrics
+
+    def _on_chains(self, model, batch):
+        """The loss over the γ-chains the drafter drafts after every counted position, scored by the target.
+
+        Step 1 of a chain reads the target's sequence (the off-policy position); steps 2…γ read the
+        drafter's own earlier drafts, as in the speculative loop. KD losses sum the steps' means;
+        `al` maximises each drafted chain's expected accepted length."""
+        ids, attention = batch["input_ids"], batch["attention_mask"]
+        anchors = chain_starts((batch["loss_mask"][:, 1:] * attention[:, 1:]).bool())
+        drafts = draft_lm_chains(model, batch, anchors, self.gamma - 1, self.on_policy, self.vocab_size)
+        tokens, parents, valid, node_of = branch_block(ids, attention, anchors, drafts)
+        student = tree_logits(model, tokens, parents, valid)
+        teacher = score_branches(self.target, tokens, parents, valid)
+        rows, where = anchors.nonzero(as_tuple=True)
+        nodes = [where + 1] + [n[rows, where] for n in node_of]  # per step: the node whose logits predict it
+        q = torch.stack([student[rows, n, : self.vocab_size] for n in nodes]) / self.temperature  # (γ, N, V)
+        p = torch.stack([teacher[rows, n, : self.vocab_size] for n in nodes]) / self.temperature
+        count = max(len(rows), 1)  # a batch cut before any answer token gives 0, not NaN
+        if self.loss == "al":
+            expected = chain_accepted_length(acceptance_rate(q.softmax(-1), p.softmax(-1)))  # (N,)
+            loss = acceptance_length_loss(expected, self.gamma).sum() / count
+        else:
+            loss = kd_loss(self.loss, q, p, None, self.jsd_beta).sum() / count
+        with torch.no_grad():
+            agree = (q[0].argmax(-1) == p[0].argmax(-1)).float()
+            metrics = {
+                "loss": loss.detach(),
+                "top1_agreement": agree.sum() / max(agree.numel(), 1),
+                "positions": torch.tensor(len(rows), device=ids.device),
+                "on_policy": torch.tensor(1.0),
             }
         return loss, metrics
 

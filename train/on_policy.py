@@ -5,8 +5,10 @@ conditions on its own drafts, whose mistakes compound along a chain. DistillSpec
 mix: a share λ (`trainer.on_policy_fraction`) of micro-batches is drafted by the drafter itself
 and the loss pulls its distribution toward the target's on exactly those positions.
 
-- A draft LM answers each prompt itself (as long as the target's answer was), through the
-  engine's `DraftLMProposer` — the same KV cache and sampling code the speculative loop runs.
+- A draft LM drafts, from every assistant position of the target's answer, the γ-chain the
+  speculative loop would draft there (`trainer.on_policy_rollout=chains`, the default), or
+  answers each prompt itself as DistillSpec does (`answers`: as long as the target's answer was,
+  through the engine's `DraftLMProposer` — the same KV cache and sampling code the loop runs).
 - An EAGLE-style drafter drafts, from every assistant position of the target's sequence, the
   γ-chain the speculative loop would draft there (its training-time test with its own samples fed
   back); the target scores every chain in one tree forward over the engine's `SlotCache`.
@@ -22,11 +24,12 @@ from dataclasses import dataclass
 
 import torch
 
-from eval.kv_cache import SlotCache
+from eval.kv_cache import SlotCache, block_attention
 from eval.proposer import DraftLMProposer
 from eval.sampling import SamplingParams, probs_from_logits, sample
 
 POLICIES = ("off_policy", "on_policy")
+ROLLOUTS = ("chains", "answers")  # what the drafter drafts on-policy: γ-chains off the target's answer, or answers
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class OnPolicy:
     temperature: float  # the drafter samples at this temperature (0 = greedy)
     seed: int
     rank: int = 0  # process index: processes draw different samples
+    rollout: str = "chains"  # one of ROLLOUTS (EAGLE-style drafters always draft chains)
 
     def takes(self, batch: dict) -> bool:
         """Whether this micro-batch is drafted by the drafter (batches without a micro-step never are)."""
@@ -62,6 +66,13 @@ def first_answer_index(loss_mask: torch.Tensor) -> list[int]:
     return [int(row.nonzero()[0]) if row.any() else len(row) for row in loss_mask.bool()]
 
 
+def _causal_lm(model):
+    """The HF causal LM inside a draft LM: DDP / DeepSpeed wrap the drafter (sharding hooks sit on its
+    modules) and heads.draft_lm.DraftLM holds the LM."""
+    inner = getattr(model, "module", model)
+    return getattr(inner, "model", inner)
+
+
 @torch.no_grad()
 def draft_lm_rollout(
     model, batch: dict, policy: OnPolicy, vocab_size: int, pad_token_id: int, eos_ids: set[int]
@@ -75,8 +86,7 @@ def draft_lm_rollout(
     starts = first_answer_index(loss_mask * attention)
     lengths = (loss_mask * attention).sum(1).tolist()
     prompts = [ids[b, :s].tolist() for b, s in enumerate(starts)]
-    inner = getattr(model, "module", model)  # DDP / DeepSpeed wrap the drafter; sharding hooks sit on its modules
-    proposer = DraftLMProposer(getattr(inner, "model", inner), vocab_size)  # heads.draft_lm.DraftLM holds the HF LM
+    proposer = DraftLMProposer(_causal_lm(model), vocab_size)
     proposer.reset(len(prompts), ids.device)
     drafted = proposer.propose(prompts, max(max(lengths), 1), policy.params, policy.generator(batch, ids.device))
     rows, masks = [], []
@@ -145,3 +155,47 @@ def score_branches(target, tokens: torch.Tensor, parents: torch.Tensor, valid: t
     forward over the sequence up to the anchor followed by the chain (tested)."""
     cache = SlotCache(tokens.shape[0], tokens.device)
     return cache.forward(target, tokens, parents, valid).logits
+
+
+def chain_starts(counts: torch.Tensor) -> torch.Tensor:
+    """(B, T) bool anchors of `branch_block` for chains drafted after every counted position.
+
+    counts: (B, T − 1), position p counts when token p + 1 is assistant-written; the chain from p
+    continues the sequence after token p, which `branch_block` calls anchor p − 1.
+    """
+    return torch.nn.functional.pad(counts[:, 1:], (0, 2))
+
+
+@torch.no_grad()
+def draft_lm_chains(
+    model, batch: dict, anchors: torch.Tensor, steps: int, policy: OnPolicy, vocab_size: int
+) -> list[torch.Tensor]:
+    """Per chain step j = 1…steps, (B, T): the token a draft LM draws at anchor t's chain.
+
+    The speculative loop's drafts: step 1 continues the target's sequence, each later step also
+    reads the drafter's own earlier steps (one tree forward per step over the engine's SlotCache)."""
+    ids, attention = batch["input_ids"], batch["attention_mask"]
+    inner, generator = _causal_lm(model), policy.generator(batch, ids.device)
+    rows, where = anchors.nonzero(as_tuple=True)
+    logits = inner(input_ids=ids, attention_mask=attention).logits
+    at = logits[rows, where + 1]  # anchor t's step 1 reads the sequence up to token t + 1
+    drafts: list[torch.Tensor] = []
+    for _ in range(steps):
+        step = torch.zeros_like(ids)
+        step[rows, where] = policy.draw(at[:, :vocab_size], generator)
+        drafts.append(step)
+        if len(drafts) == steps:
+            break
+        tokens, parents, valid, node_of = branch_block(ids, attention, anchors, drafts)
+        logits = SlotCache(ids.shape[0], ids.device).forward(inner, tokens, parents, valid).logits
+        at = logits[rows, node_of[-1][rows, where]]
+    return drafts
+
+
+def tree_logits(model, tokens: torch.Tensor, parents: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """The drafter's logits (B, N, V) at every node of a tree block, with gradients, through its wrapper.
+
+    The same masks and positions as the engine's tree forward (`block_attention`), without a cache."""
+    none_cached = torch.zeros(tokens.shape[0], 0, dtype=torch.bool, device=tokens.device)
+    mask, positions = block_attention(none_cached, parents, valid, next(model.parameters()).dtype)
+    return model(input_ids=tokens, attention_mask=mask, position_ids=positions).logits

@@ -11,7 +11,7 @@ from heads.families import get_family
 from train.config import STAGES, RunConfig
 from train.errors import PipelineError
 from train.losses import LOSSES
-from train.on_policy import POLICIES
+from train.on_policy import POLICIES, ROLLOUTS
 from train.setups import training_setup
 
 
@@ -74,6 +74,16 @@ def _check_training(setup, kind: str, trainer) -> None:
         raise PipelineError(
             f"trainer.policy=on_policy is not available for {kind} drafters: {setup.off_policy_only}; "
             "use trainer.policy=off_policy"
+        )
+    if trainer.policy == "on_policy" and trainer.loss == "ce":
+        raise PipelineError(
+            "trainer.loss=ce learns the sampled tokens, and on-policy tokens are the drafter's own; "
+            "use a loss against the target's distribution (fkl, rkl, jsd, tvd or al)"
+        )
+    if trainer.policy == "on_policy" and trainer.on_policy_rollout not in setup.on_policy_rollouts:
+        raise PipelineError(
+            f"trainer.on_policy_rollout={trainer.on_policy_rollout!r} is not available for {kind} drafters; "
+            f"use one of {[r for r in ROLLOUTS if r in setup.on_policy_rollouts]}"
         )
     if not 0 < trainer.on_policy_fraction <= 1:
         raise PipelineError(f"trainer.on_policy_fraction={trainer.on_policy_fraction} must be in (0, 1]")

@@ -74,6 +74,7 @@ class TrainingSetup:
     losses: tuple[str, ...] = ("fkl",)  # trainer.loss values the objective implements (others are refused)
     # why trainer.policy=on_policy is refused, or None where the objective trains on the drafter's own drafts
     off_policy_only: Optional[str] = "its drafts never feed back into its own inputs"
+    on_policy_rollouts: tuple[str, ...] = ("chains",)  # trainer.on_policy_rollout values it implements
 
 
 def hold_out(dataset, count: int, batch_size: int, key: str):
@@ -124,7 +125,9 @@ def on_policy(ctx: TrainContext) -> Optional[OnPolicy]:
     trainer = ctx.cfg.trainer
     if trainer.policy != "on_policy":
         return None
-    return OnPolicy(trainer.on_policy_fraction, trainer.on_policy_temperature, trainer.seed, ctx.rank)
+    return OnPolicy(
+        trainer.on_policy_fraction, trainer.on_policy_temperature, trainer.seed, ctx.rank, trainer.on_policy_rollout
+    )
 
 
 def draft_lm_objective(ctx: TrainContext) -> DraftLMDistillation:
@@ -503,7 +506,13 @@ def _activations_layer_skip(cfg, *, tokens, hidden, layer, vocab, act_bytes, tar
 _BLOCK = "it drafts a whole block in one forward, so its inputs never hold its own drafts"
 SETUPS: dict[str, TrainingSetup] = {
     "draft_lm": TrainingSetup(
-        _prepare_draft_lm, _nothing_after, _meta_draft_lm, _activations_draft_lm, losses=LOSSES, off_policy_only=None
+        _prepare_draft_lm,
+        _nothing_after,
+        _meta_draft_lm,
+        _activations_draft_lm,
+        losses=LOSSES,
+        off_policy_only=None,
+        on_policy_rollouts=("chains", "answers"),
     ),
     "pard": TrainingSetup(
         _prepare_pard, _finish_pard, _meta_draft_lm, _activations_pard, losses=KD_LOSSES, off_policy_only=_BLOCK

@@ -57,10 +57,11 @@ def _assert_succeeded(r):
     assert r.returncode == 0, "\n".join(errors[:20]) + "\n" + r.stderr[-2000:]
 
 
-def _train(run_dir, *launch, stages="[train]"):
+def _train(run_dir, *launch, stages="[train]", overrides=()):
     """`python -m train` (launch empty) or `accelerate launch LAUNCH -m train`, training stage only by default."""
     args = [
         *TRAIN,
+        *overrides,
         f"stages={stages}",
         f"run_dir={run_dir}",
         "eval.num_prompts=2",
@@ -101,8 +102,8 @@ def one_process(tmp_path_factory, micro_world):
     return root
 
 
-def _with_data(tmp_path, reference):
-    run = tmp_path / "run"
+def _with_data(tmp_path, reference, name="run"):
+    run = tmp_path / name
     run.mkdir()
     shutil.copytree(reference / "data", run / "data")
     return run
@@ -145,6 +146,21 @@ def test_two_deepspeed_processes_train_like_one(tmp_path, one_process, stage):
     config = REPO / "conf" / "accelerate" / f"{stage}.yaml"
     _train(run, "--config_file", str(config), "--num_processes", "2", "--mixed_precision", "no")
     _assert_same_training(run, one_process)
+
+
+def test_two_processes_train_on_policy_like_one(tmp_path, one_process):
+    """With greedy drafts the drafter's own answers do not depend on the process that drafts them, and
+    both processes agree on which micro-batches are on-policy, so 2 processes train as 1 does. (Sampled
+    drafts are drawn per process, so those runs agree in distribution only.)"""
+    on_policy = ["trainer.policy=on_policy", "trainer.on_policy_fraction=0.5", "trainer.on_policy_temperature=0.0"]
+    reference = _with_data(tmp_path, one_process, "one")
+    _train(reference, overrides=on_policy)
+    run = _with_data(tmp_path, one_process, "two")
+    _train(run, *CPU_DDP, overrides=on_policy)
+    _assert_same_training(run, reference)
+    log = (run / "checkpoints" / "log.jsonl").read_text()
+    assert '"on_policy": 1.0' in log and '"on_policy": 0.0' in log  # both kinds of micro-batch were trained on
+    assert _losses(reference) != pytest.approx(_losses(one_process), rel=1e-3)  # the drafter's answers were used
 
 
 def test_several_processes_need_an_explicit_run_dir(tmp_path):

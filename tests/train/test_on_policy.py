@@ -16,7 +16,15 @@ from train.config import TrainerConfig
 from train.data import BatchOrder
 from train.loop import build_accelerator, train_loop
 from train.objectives import DraftLMDistillation, Eagle3TrainingTimeTest
-from train.on_policy import OnPolicy, branch_block, draft_lm_rollout, score_branches
+from train.on_policy import (
+    OnPolicy,
+    branch_block,
+    chain_starts,
+    draft_lm_chains,
+    draft_lm_rollout,
+    score_branches,
+    tree_logits,
+)
 
 IDS = [0, 1, 2]
 
@@ -91,6 +99,62 @@ def test_draft_lm_rollout_answers_each_prompt_with_the_drafters_greedy_continuat
         assert row.tolist() == sequence
 
 
+def test_draft_lm_chains_are_the_drafters_greedy_continuations_from_every_answer_position(target, dataset, tokenizer):
+    drafter = _draft_lm(target, tokenizer).eval()
+    batch = BatchOrder(dataset, 3, 512, tokenizer.pad_token_id, seed=0).batch(0)
+    ids, attn = batch["input_ids"], batch["attention_mask"]
+    counts = (batch["loss_mask"][:, 1:] * attn[:, 1:]).bool()
+    anchors = chain_starts(counts)
+    assert anchors.sum() == counts[:, 1:].sum()  # every counted position but the first column starts a chain
+    drafts = draft_lm_chains(drafter, batch, anchors, 3, OnPolicy(1.0, 0.0, seed=0), len(tokenizer))
+    tokens, parents, valid, node_of = branch_block(ids, attn, anchors, drafts)
+    grad_logits = tree_logits(drafter, tokens, parents, valid)
+    assert grad_logits.requires_grad
+    for b, t in anchors.nonzero().tolist()[::7]:
+        sequence = ids[b, : t + 2].tolist()  # the chain continues the sequence after token t + 1
+        with torch.no_grad():
+            for j in range(3):
+                logits = drafter(input_ids=torch.tensor([sequence])).logits[0, -1, : len(tokenizer)]
+                if j:  # the drafter's logits at its own step-j node equal a plain forward over its path
+                    torch.testing.assert_close(grad_logits[b, node_of[j - 1][b, t]], logits, rtol=1e-4, atol=1e-4)
+                sequence.append(int(logits.argmax()))
+                assert int(drafts[j][b, t]) == sequence[-1]
+
+
+def test_chains_of_one_step_train_exactly_the_off_policy_positions(target, dataset, tokenizer):
+    """γ = 1: each chain is the off-policy position itself, so the loss and gradients are off-policy's."""
+    batch = BatchOrder(dataset, 3, 512, tokenizer.pad_token_id, seed=0).batch(0) | {"micro_step": torch.tensor(0)}
+    assert not batch["loss_mask"][:, 1].any()  # no answer starts at position 1, so the first column never counts
+    grads = {}
+    for policy in (None, OnPolicy(1.0, 1.0, seed=0)):
+        drafter = _draft_lm(target, tokenizer)
+        objective = DraftLMDistillation(target, "tvd", len(tokenizer), gamma=1, on_policy=policy)
+        loss, metrics = objective(drafter, batch)
+        loss.backward()
+        grads[policy is None] = (loss.detach(), drafter.model.lm_head.weight.grad.clone(), metrics["on_policy"])
+    torch.testing.assert_close(grads[True][0], grads[False][0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(grads[True][1], grads[False][1], rtol=1e-4, atol=1e-6)
+    assert (grads[True][2], grads[False][2]) == (0, 1)
+
+
+@pytest.mark.parametrize("loss", ["fkl", "al"])
+def test_on_policy_chains_train_the_drafter_on_its_own_later_steps(target, dataset, tokenizer, loss):
+    batch = BatchOrder(dataset, 3, 512, tokenizer.pad_token_id, seed=0).batch(0) | {"micro_step": torch.tensor(0)}
+    drafter = _draft_lm(target, tokenizer)
+    one = DraftLMDistillation(target, loss, len(tokenizer), gamma=1, on_policy=OnPolicy(1.0, 0.0, seed=0))
+    four = DraftLMDistillation(target, loss, len(tokenizer), gamma=4, on_policy=OnPolicy(1.0, 0.0, seed=0))
+    loss_one, _ = one(drafter, batch)
+    loss_four, metrics = four(drafter, batch)
+    loss_four.backward()
+    assert metrics["on_policy"] == 1 and torch.isfinite(loss_four)
+    assert drafter.model.lm_head.weight.grad.abs().sum() > 0
+    if loss == "fkl":  # steps 2…4 add their own terms to step 1's
+        assert loss_four > loss_one
+    else:  # loss −E/γ; E = α1 (1 + α2 + α2 α3 + …) lies in (α1, 4 α1] for a chain of 4
+        first, chain = -loss_one, -4 * loss_four
+        assert first < chain <= 4 * first
+
+
 def test_on_policy_samples_and_batches_depend_on_seed_and_micro_step_only():
     policy = OnPolicy(fraction=0.5, temperature=1.0, seed=3)
     picks = [policy.takes({"micro_step": torch.tensor(m)}) for m in range(200)]
@@ -135,6 +199,8 @@ def test_eagle_on_policy_steps_read_the_drafters_own_tokens(target, dataset, tok
 def _train(tmp, dataset, target, tokenizer, kind, *, stop_after=None):
     cfg = TrainerConfig(max_steps=6, batch_size=4, save_every=3, warmup_steps=2, lr=1e-2, log_every=1)
     policy = OnPolicy(fraction=0.5, temperature=1.0, seed=cfg.seed)
+    if kind == "draft_lm_answers":
+        policy = OnPolicy(fraction=0.5, temperature=1.0, seed=cfg.seed, rollout="answers")
     if kind == "eagle3":
         drafter, vocab = _eagle(target, dataset)
         objective = Eagle3TrainingTimeTest(target, IDS, vocab.draft_to_target, steps=3, loss="al", on_policy=policy)
@@ -156,7 +222,7 @@ def _train(tmp, dataset, target, tokenizer, kind, *, stop_after=None):
     return acc.unwrap_model(drafter).state_dict(), (tmp / "ckpt" / "log.jsonl").read_text()
 
 
-@pytest.mark.parametrize("kind", ["draft_lm", "eagle3"])
+@pytest.mark.parametrize("kind", ["draft_lm", "draft_lm_answers", "eagle3"])
 def test_resumed_on_policy_training_ends_with_the_same_weights(tmp_path, dataset, target, tokenizer, kind):
     straight, log = _train(tmp_path / "a", dataset, target, tokenizer, kind)
     _train(tmp_path / "b", dataset, target, tokenizer, kind, stop_after=4)  # killed after step 4; checkpoint: 3
