@@ -3,10 +3,11 @@
 Distils the target's answers once at the largest size, then trains each family's toy recipe on
 nested subsets (the first N samples) at equal optimizer steps and evaluates it alike (held-out
 prompts, greedy, γ = 4). Also trains the draft LM on raw corpus text (`data.source=corpus`) and
-the draft LM and EAGLE-3 on-policy (`trainer.policy=on_policy`) at `--compare-size`, against
-their off-policy runs there. Every run is a plain `python -m train` in its own run directory,
-so a rerun skips what is done. Prints one JSON line (τ per family per size, the ratios and the
-issue's goals) and writes a PNG of the curves.
+the draft LM and EAGLE-3 on-policy (`trainer.policy=on_policy`, each rollout, greedy drafts by
+default as the greedy eval drafts) at `--compare-size`, against their off-policy runs there, and
+with `--long-steps` each family longer at the largest size (is it data or training length?).
+Every run is a plain `python -m train` in its own run directory, so a rerun skips what is done.
+Prints one JSON line (τ per family per size, the ratios and the issue's goals) and writes a PNG.
 
     python scripts/bench_data_scaling.py --out runs/bench_data_scaling
     python scripts/bench_data_scaling.py --families toy toy_eagle toy_pard --sizes 256 1024
@@ -30,7 +31,7 @@ FAMILIES = {  # recipe → label; the parallel drafters are listed too (--famili
     "toy_peagle": "P-EAGLE",
     "toy_dflash": "DFlash",
 }
-ON_POLICY = ("toy", "toy_eagle")  # the families with an on-policy objective
+ON_POLICY = {"toy": ("chains", "answers"), "toy_eagle": ("chains",)}  # on-policy families → their rollouts
 SAME_EVAL = ["eval.gamma_sweep=[]", "eval.num_speculative_tokens=4", "eval.serve=null", "eval.tree=null"]
 
 
@@ -96,6 +97,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps of every run")
     parser.add_argument("--compare-size", type=int, default=1024, help="size of the corpus and on-policy runs")
     parser.add_argument("--no-compare", action="store_true", help="only the data-scaling curves")
+    parser.add_argument(
+        "--on-policy-temperature",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="temperatures the drafter drafts at on-policy (0 = greedy, as the greedy eval drafts)",
+    )
+    parser.add_argument("--long-steps", type=int, default=0, help="also train each family this long at the largest")
     args = parser.parse_args()
     sizes, out = sorted(args.sizes), args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -134,18 +143,33 @@ def main() -> None:
         ratios["distilled_vs_corpus_draft_lm"] = round(base["toy"]["tau"] / corpus["tau"], 3)
         goals[f"draft LM, raw corpus ({n})"] = (n, corpus["tau"])
         for recipe in on_policy:
-            name = f"{recipe}-on_policy-{n}"
-            runs[name] = _train(
-                out, name, recipe, steps + [f"data.max_prompts={n}", "trainer.policy=on_policy"], data.get(n)
-            )
-            ratios[f"on_vs_off_policy_{FAMILIES[recipe]}"] = round(runs[name]["tau"] / base[recipe]["tau"], 3)
-            goals[f"{FAMILIES[recipe]}, on-policy ({n})"] = (n, runs[name]["tau"])
+            for rollout in ON_POLICY[recipe]:
+                for temperature in args.on_policy_temperature:
+                    what = f"{rollout}, T={temperature:g}"
+                    name = f"{recipe}-on_policy-{rollout}-T{temperature:g}-{n}"
+                    policy = [
+                        "trainer.policy=on_policy",
+                        f"trainer.on_policy_rollout={rollout}",
+                        f"trainer.on_policy_temperature={temperature}",
+                    ]
+                    runs[name] = _train(out, name, recipe, steps + [f"data.max_prompts={n}", *policy], data.get(n))
+                    ratio = round(runs[name]["tau"] / base[recipe]["tau"], 3)
+                    ratios[f"on_vs_off_policy_{FAMILIES[recipe]} ({what})"] = ratio
+                    goals[f"{FAMILIES[recipe]}, on-policy {what} ({n})"] = (n, runs[name]["tau"])
         if "toy_eagle" in args.families and "toy" in args.families:
             default = str(sizes[0])
             ratios["eagle3_vs_draft_lm"] = {
                 str(s): round(curves["EAGLE-3"][str(s)] / curves["draft LM"][str(s)], 3) for s in sizes
             }
             ratios["eagle3_vs_draft_lm_at_default"] = ratios["eagle3_vs_draft_lm"].get(default)
+    long = {}
+    if args.long_steps:  # training length, not data: the largest set trained longer
+        for recipe in args.families:
+            name = f"{recipe}-{largest}-steps{args.long_steps}"
+            overrides = [f"trainer.max_steps={args.long_steps}", f"data.max_prompts={largest}"]
+            runs[name] = _train(out, name, recipe, overrides, data[largest])
+            long[FAMILIES[recipe]] = runs[name]["tau"]
+            goals[f"{FAMILIES[recipe]}, {args.long_steps} steps"] = (largest, runs[name]["tau"])
     _plot(out / "data_scaling.png", sizes, curves, goals)
     result = {
         "bench": "data_scaling",
@@ -154,6 +178,7 @@ def main() -> None:
         "optimizer_steps": args.steps,
         "sizes": sizes,
         "tau": curves,
+        "tau_long": {"steps": args.long_steps, "size": largest, "tau": long} if long else None,
         "runs": runs,
         "ratios": ratios,
         "goals": {
