@@ -4,8 +4,9 @@ Distils the target's answers once at the largest size, then trains each family's
 nested subsets (the first N samples) at equal optimizer steps and evaluates it alike (held-out
 prompts, greedy, γ = 4). Also trains the draft LM on raw corpus text (`data.source=corpus`) and
 the draft LM and EAGLE-3 on-policy (`trainer.policy=on_policy`, each rollout, greedy drafts by
-default as the greedy eval drafts) at `--compare-size`, against their off-policy runs there, and
-with `--long-steps` each family longer at the largest size (is it data or training length?).
+default as the greedy eval drafts) and with each of `--losses` (`al`) at `--compare-size`,
+against their off-policy runs there, and with `--long-steps` each family longer at the largest
+size (is it data or training length?).
 Every run is a plain `python -m train` in its own run directory, so a rerun skips what is done.
 Prints one JSON line (τ per family per size, the ratios and the issue's goals) and writes a PNG.
 
@@ -104,6 +105,9 @@ def main() -> None:
         default=[0.0],
         help="temperatures the drafter drafts at on-policy (0 = greedy, as the greedy eval drafts)",
     )
+    parser.add_argument(
+        "--losses", nargs="*", default=["al"], help="other trainer.loss values the on-policy families train with"
+    )
     parser.add_argument("--long-steps", type=int, default=0, help="also train each family this long at the largest")
     args = parser.parse_args()
     sizes, out = sorted(args.sizes), args.out.resolve()
@@ -156,6 +160,14 @@ def main() -> None:
                     ratio = round(runs[name]["tau"] / base[recipe]["tau"], 3)
                     ratios[f"on_vs_off_policy_{FAMILIES[recipe]} ({what})"] = ratio
                     goals[f"{FAMILIES[recipe]}, on-policy {what} ({n})"] = (n, runs[name]["tau"])
+        for recipe in on_policy:  # acceptance-aimed losses against the recipe's own (fkl)
+            for loss in args.losses:
+                name = f"{recipe}-loss_{loss}-{n}"
+                runs[name] = _train(
+                    out, name, recipe, steps + [f"data.max_prompts={n}", f"trainer.loss={loss}"], data[n]
+                )
+                ratios[f"loss_{loss}_vs_fkl_{FAMILIES[recipe]}"] = round(runs[name]["tau"] / base[recipe]["tau"], 3)
+                goals[f"{FAMILIES[recipe]}, loss {loss} ({n})"] = (n, runs[name]["tau"])
         if "toy_eagle" in args.families and "toy" in args.families:
             default = str(sizes[0])
             ratios["eagle3_vs_draft_lm"] = {
