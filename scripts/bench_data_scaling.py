@@ -108,6 +108,8 @@ def main() -> None:
     parser.add_argument(
         "--losses", nargs="*", default=["al"], help="other trainer.loss values the on-policy families train with"
     )
+    parser.add_argument("--loss-families", nargs="+", default=list(ON_POLICY), help="the recipes --losses trains")
+    parser.add_argument("--long-families", nargs="+", default=list(FAMILIES), help="the recipes --long-steps trains")
     parser.add_argument("--long-steps", type=int, default=0, help="also train each family this long at the largest")
     args = parser.parse_args()
     sizes, out = sorted(args.sizes), args.out.resolve()
@@ -160,7 +162,7 @@ def main() -> None:
                     ratio = round(runs[name]["tau"] / base[recipe]["tau"], 3)
                     ratios[f"on_vs_off_policy_{FAMILIES[recipe]} ({what})"] = ratio
                     goals[f"{FAMILIES[recipe]}, on-policy {what} ({n})"] = (n, runs[name]["tau"])
-        for recipe in on_policy:  # acceptance-aimed losses against the recipe's own (fkl)
+        for recipe in [r for r in on_policy if r in args.loss_families]:  # acceptance-aimed losses vs fkl
             for loss in args.losses:
                 name = f"{recipe}-loss_{loss}-{n}"
                 runs[name] = _train(
@@ -176,7 +178,7 @@ def main() -> None:
             ratios["eagle3_vs_draft_lm_at_default"] = ratios["eagle3_vs_draft_lm"].get(default)
     long = {}
     if args.long_steps:  # training length, not data: the largest set trained longer
-        for recipe in args.families:
+        for recipe in [r for r in args.families if r in args.long_families]:
             name = f"{recipe}-{largest}-steps{args.long_steps}"
             overrides = [f"trainer.max_steps={args.long_steps}", f"data.max_prompts={largest}"]
             runs[name] = _train(out, name, recipe, overrides, data[largest])
