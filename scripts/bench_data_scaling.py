@@ -2,11 +2,11 @@
 
 Distils the target's answers once at the largest size, then trains each family's toy recipe on
 nested subsets (the first N samples) at equal optimizer steps and evaluates it alike (held-out
-prompts, greedy, γ = 4). Also trains the draft LM on raw corpus text (`data.source=corpus`) and
-the draft LM and EAGLE-3 on-policy (`trainer.policy=on_policy`, each rollout, greedy drafts by
-default as the greedy eval drafts) and with each of `--losses` (`al`) at `--compare-size`,
-against their off-policy runs there, and with `--long-steps` each family longer at the largest
-size (is it data or training length?).
+prompts, γ = 4; greedy unless `--temperature`, which sets the distilled answers' temperature too).
+Also trains the draft LM on raw corpus text (`data.source=corpus`), the draft LM and EAGLE-3
+on-policy (`trainer.policy=on_policy`, each rollout, drafting at the eval's temperature by
+default) and with each of `--losses` (`al`) at `--compare-size` against their off-policy runs
+there, and with `--long-steps` each family longer at the largest size (data or training length?).
 Every run is a plain `python -m train` in its own run directory, so a rerun skips what is done.
 Prints one JSON line (τ per family per size, the ratios and the issue's goals) and writes a PNG.
 
@@ -34,6 +34,7 @@ FAMILIES = {  # recipe → label; the parallel drafters are listed too (--famili
 }
 ON_POLICY = {"toy": ("chains", "answers"), "toy_eagle": ("chains",)}  # on-policy families → their rollouts
 SAME_EVAL = ["eval.gamma_sweep=[]", "eval.num_speculative_tokens=4", "eval.serve=null", "eval.tree=null"]
+SETTINGS: list[str] = []  # the temperature the target answers, the eval decodes and (by default) the drafter drafts at
 
 
 def _train(out: Path, name: str, recipe: str, overrides: list[str], data_dir: Path | None) -> dict:
@@ -47,23 +48,23 @@ def _train(out: Path, name: str, recipe: str, overrides: list[str], data_dir: Pa
         cmd = [sys.executable, "-m", "train", f"recipe={recipe}", f"run_dir={run_dir}", "stages=[distill,train,eval]"]
         t0 = time.perf_counter()
         with open(out / f"{name}.log", "w") as log:
-            subprocess.run(cmd + SAME_EVAL + overrides, check=True, stdout=log, stderr=subprocess.STDOUT)
+            subprocess.run(cmd + SAME_EVAL + SETTINGS + overrides, check=True, stdout=log, stderr=subprocess.STDOUT)
         print(f"[bench] {name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     summary = json.loads((run_dir / "checkpoints" / "final" / "train_summary.json").read_text())
     r = json.loads(report.read_text())
     return {"tau": round(r["tau"], 3), "alpha": round(r["alpha"], 3), "train_seconds": summary["seconds"]}
 
 
-def _subset(out: Path, size: int, largest: int) -> Path:
+def _subset(out: Path, size: int, largest: int, temperature: float) -> Path:
     """The first `size` samples of the largest distilled set, as the data directory a size-N run expects."""
     from distill.config import DataConfig, SamplingConfig, TargetConfig
     from distill.run import first_samples
 
-    target, greedy = TargetConfig(), SamplingConfig(temperature=0.0)  # conf/data/toy.yaml: greedy answers
+    target, sampling = TargetConfig(), SamplingConfig(temperature=temperature)  # as --temperature distilled
     source = out / f"data-{largest}"
     path = out / f"data-{size}"
     if size != largest:
-        first_samples(source, path, target, DataConfig(max_prompts=size, sampling=greedy))
+        first_samples(source, path, target, DataConfig(max_prompts=size, sampling=sampling))
     return path
 
 
@@ -82,7 +83,7 @@ def _plot(path: Path, sizes: list[int], curves: dict, goals: dict) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(s) for s in sizes])
     ax.set_xlabel("distilled prompts (equal optimizer steps)")
-    ax.set_ylabel("held-out τ (greedy, γ = 4)")
+    ax.set_ylabel("held-out τ (γ = 4)")
     ax.set_title("Toy target: acceptance vs training data")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -102,8 +103,14 @@ def main() -> None:
         "--on-policy-temperature",
         type=float,
         nargs="+",
-        default=[0.0],
-        help="temperatures the drafter drafts at on-policy (0 = greedy, as the greedy eval drafts)",
+        default=None,
+        help="temperatures the drafter drafts at on-policy (default: --temperature, as the eval drafts)",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="the target answers (distillation) and the eval decodes at this temperature (0 = greedy, as the toy's)",
     )
     parser.add_argument(
         "--losses", nargs="*", default=["al"], help="other trainer.loss values the on-policy families train with"
@@ -113,12 +120,16 @@ def main() -> None:
     parser.add_argument("--long-steps", type=int, default=0, help="also train each family this long at the largest")
     args = parser.parse_args()
     sizes, out = sorted(args.sizes), args.out.resolve()
+    temperature = args.temperature
+    SETTINGS[:] = [f"data.sampling.temperature={temperature}", f"eval.temperature={temperature}"]
+    on_policy_temperatures = args.on_policy_temperature or [temperature]
     out.mkdir(parents=True, exist_ok=True)
     steps = [f"trainer.max_steps={args.steps}"]
 
     t0 = time.perf_counter()
     largest = sizes[-1]
     _train_distill = [sys.executable, "-m", "train", "recipe=toy", f"data.max_prompts={largest}", "stages=[distill]"]
+    _train_distill += SETTINGS
     if not (out / f"data-{largest}" / "manifest.json").exists():
         with open(out / "distill.log", "w") as log:
             subprocess.run(
@@ -126,7 +137,7 @@ def main() -> None:
             )
         os.replace(out / "distill" / "data", out / f"data-{largest}")
     distill_seconds = json.loads((out / f"data-{largest}" / "manifest.json").read_text())["seconds"]
-    data = {size: _subset(out, size, largest) for size in sizes}
+    data = {size: _subset(out, size, largest, temperature) for size in sizes}
 
     curves: dict[str, dict[str, float]] = {}
     runs: dict[str, dict] = {}
@@ -150,13 +161,13 @@ def main() -> None:
         goals[f"draft LM, raw corpus ({n})"] = (n, corpus["tau"])
         for recipe in on_policy:
             for rollout in ON_POLICY[recipe]:
-                for temperature in args.on_policy_temperature:
-                    what = f"{rollout}, T={temperature:g}"
-                    name = f"{recipe}-on_policy-{rollout}-T{temperature:g}-{n}"
+                for drafting in on_policy_temperatures:
+                    what = f"{rollout}, T={drafting:g}"
+                    name = f"{recipe}-on_policy-{rollout}-T{drafting:g}-{n}"
                     policy = [
                         "trainer.policy=on_policy",
                         f"trainer.on_policy_rollout={rollout}",
-                        f"trainer.on_policy_temperature={temperature}",
+                        f"trainer.on_policy_temperature={drafting}",
                     ]
                     runs[name] = _train(out, name, recipe, steps + [f"data.max_prompts={n}", *policy], data.get(n))
                     ratio = round(runs[name]["tau"] / base[recipe]["tau"], 3)
@@ -188,7 +199,8 @@ def main() -> None:
     result = {
         "bench": "data_scaling",
         "target": "toyworld:toy",
-        "eval": "32 held-out prompts × 64 tokens, greedy, chain γ = 4",
+        "eval": f"32 held-out prompts × 64 tokens, temperature {temperature:g}, chain γ = 4",
+        "distilled_at_temperature": temperature,
         "optimizer_steps": args.steps,
         "sizes": sizes,
         "tau": curves,
