@@ -14,7 +14,8 @@ from distill.target import load_target, load_tokenizer
 from train.errors import PipelineError
 from train.loop import assign_state, build_accelerator, full_state_dict, launched_processes, train_loop
 from train.run_dir import read_json
-from train.setups import TrainContext, training_setup
+from train.setup_base import TrainContext
+from train.setups import training_setup
 from train.stage import Run
 
 SUMMARY = "train_summary.json"

@@ -1,0 +1,151 @@
+"""What every family's training setup is made of, and the helpers several families share.
+
+A setup reads a `TrainContext` (the run's settings, the loaded target, tokenizer and data) and
+returns a `Prepared` (fresh drafter, objective, what to iterate); a `TrainingSetup` row bundles
+that with the steps after training and the planner's hooks. The rows live beside their families
+(train/lm_setups.py, train/feature_setups.py); the table keyed by kind is train/setups.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+from distill.feature_store import FeatureStore, store_dir, write_features
+from distill.target import eos_token_ids
+from heads.vocab import build_draft_vocab, pick_mask_token, token_counts
+from train.data import collate
+from train.errors import PipelineError
+from train.on_policy import OnPolicy
+
+# why a block drafter refuses trainer.policy=on_policy (PARD, P-EAGLE, DFlash)
+BLOCK_DRAFTS_ONLY = "it drafts a whole block in one forward, so its inputs never hold its own drafts"
+
+
+@dataclass
+class TrainContext:
+    """What every setup may read: the run's settings and the loaded target, tokenizer and data."""
+
+    cfg: Any  # RunConfig
+    target: torch.nn.Module
+    tokenizer: Any
+    dataset: Any  # the distilled samples (datasets.Dataset)
+    paths: Any  # RunPaths
+    device: torch.device
+    rank: int = 0  # this process's index (on-policy samples differ per process)
+
+
+@dataclass
+class Prepared:
+    drafter: torch.nn.Module  # fresh, to be trained
+    objective: Callable  # train.objectives.Objective
+    dataset: Any  # what training iterates over (held-out rows removed)
+    select: Optional[Callable] = None  # model → score; the best-scoring checkpoint is kept
+    state: dict = field(default_factory=dict)  # handed to `finish` (held-out rows, reports)
+    steps: Optional[int] = None  # optimizer steps the family sets (layer skipping's fine-tune); None = trainer's
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    prepare: Callable[[TrainContext], Prepared]
+    finish: Callable[[torch.nn.Module, Prepared, TrainContext], dict]  # main process, after training → summary entries
+    meta_drafter: Callable[[Any, torch.nn.Module, Any], torch.nn.Module]  # (cfg, meta target, target config) → drafter
+    activations: Callable[
+        ..., tuple[float, float]
+    ]  # planner: (cfg, tokens=, layer=, logits=, …) → (target extra, drafter)
+    unroll: Callable[[Any], int] = lambda drafter_cfg: 1  # drafter forwards per token in training (EAGLE-3's TTT steps)
+    feature_layers: Optional[Callable[[Any], int]] = None  # target layers an offline feature store keeps per token
+    losses: tuple[str, ...] = ("fkl",)  # trainer.loss values the objective implements (others are refused)
+    # why trainer.policy=on_policy is refused, or None where the objective trains on the drafter's own drafts
+    off_policy_only: Optional[str] = "its drafts never feed back into its own inputs"
+    on_policy_rollouts: tuple[str, ...] = ("chains",)  # trainer.on_policy_rollout values it implements
+
+
+def hold_out(dataset, count: int, batch_size: int, key: str):
+    """(training part, last `count` samples), refusing a split that leaves less than one batch to train on."""
+    if count > len(dataset) - batch_size:
+        raise PipelineError(
+            f"{key}={count} must leave ≥ trainer.batch_size={batch_size} of the {len(dataset)} distilled samples "
+            "for training; lower it"
+        )
+    return dataset.select(range(len(dataset) - count)), dataset.select(range(len(dataset) - count, len(dataset)))
+
+
+def offline_features(ctx: TrainContext, layer_ids: list[int]) -> Optional[FeatureStore]:
+    """drafter.features=offline: write the features once (resumable) and return their store; else None."""
+    if ctx.cfg.drafter.features != "offline":
+        return None
+    root = store_dir(ctx.paths.data, layer_ids, ctx.cfg.target.name_or_path)
+    write_features(ctx.target, ctx.dataset, root, layer_ids, batch_size=ctx.cfg.trainer.batch_size)
+    return FeatureStore(root)
+
+
+def sim_tau_selector(objective, dataset, start: int, ctx: TrainContext) -> Callable:
+    """model → mean simulated τ of the objective over dataset rows start… (fixed batches)."""
+    trainer, rows = ctx.cfg.trainer, list(range(start, len(dataset)))
+    batches = []
+    for i in range(0, len(rows), trainer.batch_size):
+        chunk = rows[i : i + trainer.batch_size]
+        part = dataset[chunk]
+        batch = collate(part["input_ids"], part["loss_mask"], trainer.max_seq_len, ctx.tokenizer.pad_token_id)
+        batches.append(batch | {"rows": torch.tensor(chunk)})
+
+    def select(model) -> float:
+        scores = [objective(model, {k: v.to(ctx.device) for k, v in b.items()})[1]["sim_tau"] for b in batches]
+        return float(torch.stack(scores).mean())
+
+    return select
+
+
+def logits_bytes(tokens: int, vocab: int) -> float:
+    return 3 * tokens * vocab * 4  # fp32 logits, log-softmax and its gradient
+
+
+def nothing_after(drafter, prepared: Prepared, ctx: TrainContext) -> dict:
+    return {}
+
+
+def on_policy(ctx: TrainContext) -> Optional[OnPolicy]:
+    """The on-policy sampler trainer.policy asks for, or None (off-policy)."""
+    trainer = ctx.cfg.trainer
+    if trainer.policy != "on_policy":
+        return None
+    return OnPolicy(
+        trainer.on_policy_fraction, trainer.on_policy_temperature, trainer.seed, ctx.rank, trainer.on_policy_rollout
+    )
+
+
+def mask_token(ctx: TrainContext, key: str, vocab_rows: int) -> int:
+    """drafter.<key>, or an id the distilled data never contains (heads.vocab.pick_mask_token)."""
+    setting = getattr(ctx.cfg.drafter, key)
+    if setting is not None:
+        return setting
+    keep = {ctx.tokenizer.pad_token_id, *eos_token_ids(ctx.target, ctx.tokenizer)}
+    token = pick_mask_token(
+        ctx.dataset["input_ids"], vocab_rows, ctx.tokenizer.all_special_ids, exclude=keep, setting=f"drafter.{key}"
+    )
+    print(f"mask token: id {token} ({ctx.tokenizer.convert_ids_to_tokens(token)!r}), never seen in the distilled data")
+    return token
+
+
+def draft_vocab(ctx: TrainContext):
+    """EAGLE-3's reduced vocabulary (heads.vocab.DraftVocab) from the distilled answers, and its coverage report."""
+    vocab_rows = ctx.target.get_output_embeddings().weight.shape[0]
+    counts = token_counts(ctx.dataset["input_ids"], ctx.dataset["loss_mask"], vocab_rows)
+    vocab, report = build_draft_vocab(
+        counts, ctx.cfg.drafter.draft_vocab_size, always=eos_token_ids(ctx.target, ctx.tokenizer)
+    )
+    print(f"draft vocabulary: {vocab.size} tokens cover {report['coverage']:.1%} of the distilled answers' tokens")
+    return vocab, report
+
+
+def held_out_selection(ctx: TrainContext, objective) -> tuple[Any, Optional[Callable]]:
+    """(training rows, sim_τ selector over the last drafter.select_samples rows, or None when 0)."""
+    dataset, trainer = ctx.dataset, ctx.cfg.trainer
+    if not ctx.cfg.drafter.select_samples:
+        return dataset, None
+    # the last samples score each checkpoint; training never sees them
+    train_part, _ = hold_out(dataset, ctx.cfg.drafter.select_samples, trainer.batch_size, "drafter.select_samples")
+    return train_part, sim_tau_selector(objective, dataset, len(train_part), ctx)  # rows keep their index (offline)
