@@ -68,6 +68,13 @@ def _subset(out: Path, size: int, largest: int, temperature: float) -> Path:
     return path
 
 
+def _toy_default_size() -> int:
+    """data.max_prompts of the toy recipes (conf/data/toy.yaml): the size the goals are judged at."""
+    from omegaconf import OmegaConf
+
+    return int(OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "data" / "toy.yaml").max_prompts)
+
+
 def _at_least(ratio: float | None, goal: float) -> bool | None:
     """Whether a measured ratio meets its goal; None when this run did not measure it."""
     return None if ratio is None else ratio >= goal
@@ -192,7 +199,7 @@ def main() -> None:
                 ratios[f"loss_{loss}_vs_fkl_{FAMILIES[recipe]}"] = round(runs[name]["tau"] / base[recipe]["tau"], 3)
                 goals[f"{FAMILIES[recipe]}, loss {loss} ({n})"] = (n, runs[name]["tau"])
         if "toy_eagle" in args.families and "toy" in args.families:
-            default = str(sizes[0])
+            default = str(_toy_default_size())
             ratios["eagle3_vs_draft_lm"] = {
                 str(s): round(curves["EAGLE-3"][str(s)] / curves["draft LM"][str(s)], 3) for s in sizes
             }
@@ -222,6 +229,7 @@ def main() -> None:
             "distilled_vs_corpus_ge_1.4": _at_least(ratios.get("distilled_vs_corpus_draft_lm"), 1.4),
             "eagle3_vs_draft_lm_ge_1.15": _at_least(ratios.get("eagle3_vs_draft_lm_at_default"), 1.15),
         },
+        "default_size": _toy_default_size(),
         "distill_seconds_largest": distill_seconds,
         "plot": str(out / "data_scaling.png"),
         "seconds": round(time.perf_counter() - t0, 1),
