@@ -298,17 +298,6 @@ class Eagle3Drafter(nn.Module):
         """(…, H) prenorm outputs → (…, D) draft-vocabulary logits."""
         return self.lm_head(self.norm(hidden))
 
-    def forward(
-        self,
-        features: torch.Tensor,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        steps: int,
-        feed: Optional[Callable[[int, torch.Tensor], torch.Tensor]] = None,
-    ) -> list[torch.Tensor]:
-        """Training entry point (what accelerate wraps): the training-time test, see ttt_logits."""
-        return self.ttt_logits(features, input_ids, attention_mask, steps, feed)
-
     def ttt_logits(
         self,
         features: torch.Tensor,
@@ -349,6 +338,8 @@ class Eagle3Drafter(nn.Module):
             hidden = layer.finish(layer.self_attn.attend(q, k0, v0, mask0, diag_k, diag_v), residual)
             out.append(self.logits(hidden))
         return out
+
+    forward = ttt_logits  # the training entry point accelerate wraps is the training-time test
 
     def new_cache(self, batch_size: int, device) -> EagleCache:
         return EagleCache(batch_size, self.arch.num_key_value_heads, self.arch.head_dim, device, self.fc.weight.dtype)

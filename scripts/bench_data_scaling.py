@@ -86,19 +86,23 @@ def _plot(path: Path, sizes: list[int], curves: dict, goals: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = plt.subplots(figsize=(9.0, 4.6))
+    colours = {}
     for label, taus in curves.items():
         xs = [s for s in sizes if str(s) in taus]
-        ax.plot(xs, [taus[str(s)] for s in xs], marker="o", label=label)
-    for label, (size, tau) in goals.items():
-        ax.scatter([size], [tau], marker="x", s=60, zorder=3, label=label)
+        (line,) = ax.plot(xs, [taus[str(s)] for s in xs], marker="o", label=label)
+        colours[label] = line.get_color()
+    markers = ["x", "^", "s", "D", "v", "P", "*", "<", ">"]
+    for i, (label, (size, tau)) in enumerate(goals.items()):  # in its family's colour: "draft LM, raw corpus …"
+        colour = colours.get(label.split(",")[0])
+        ax.scatter([size], [tau], marker=markers[i % len(markers)], s=60, zorder=3, label=label, color=colour)
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(s) for s in sizes])
     ax.set_xlabel("distilled prompts (equal optimizer steps)")
     ax.set_ylabel("held-out τ (γ = 4)")
     ax.set_title("Toy target: acceptance vs training data")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -109,6 +113,12 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[256, 1024, 4096])
     parser.add_argument("--families", nargs="+", default=["toy", "toy_eagle", "toy_medusa"], choices=list(FAMILIES))
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps of every run")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="trainer.seed of every run (a second seed tells noise from a trend; give it its own --out)",
+    )
     parser.add_argument("--compare-size", type=int, default=1024, help="size of the corpus and on-policy runs")
     parser.add_argument("--no-compare", action="store_true", help="only the data-scaling curves")
     parser.add_argument(
@@ -139,7 +149,8 @@ def main() -> None:
     SETTINGS[:] = [f"data.sampling.temperature={temperature}", f"eval.temperature={temperature}"]
     on_policy_temperatures = args.on_policy_temperature or [temperature]
     out.mkdir(parents=True, exist_ok=True)
-    steps = [f"trainer.max_steps={args.steps}"]
+    seed = f"trainer.seed={args.seed}"
+    steps = [f"trainer.max_steps={args.steps}", seed]
 
     t0 = time.perf_counter()
     largest = sizes[-1]
@@ -208,10 +219,12 @@ def main() -> None:
     if args.long_steps:  # training length, not data: the largest set trained longer
         for recipe in [r for r in args.families if r in args.long_families]:
             name = f"{recipe}-{largest}-steps{args.long_steps}"
-            overrides = [f"trainer.max_steps={args.long_steps}", f"data.max_prompts={largest}"]
+            overrides = [f"trainer.max_steps={args.long_steps}", seed, f"data.max_prompts={largest}"]
             runs[name] = _train(out, name, recipe, overrides, data[largest])
             long[FAMILIES[recipe]] = runs[name]["tau"]
             goals[f"{FAMILIES[recipe]}, {args.long_steps} steps"] = (largest, runs[name]["tau"])
+        if {"EAGLE-3", "draft LM"} <= long.keys():  # is EAGLE-3 behind for want of training?
+            ratios["eagle3_vs_draft_lm_long"] = round(long["EAGLE-3"] / long["draft LM"], 3)
     _plot(out / "data_scaling.png", sizes, curves, goals)
     result = {
         "bench": "data_scaling",
@@ -219,6 +232,7 @@ def main() -> None:
         "eval": f"32 held-out prompts × 64 tokens, temperature {temperature:g}, chain γ = 4",
         "distilled_at_temperature": temperature,
         "optimizer_steps": args.steps,
+        "seed": args.seed,
         "sizes": sizes,
         "tau": curves,
         "tau_long": {"steps": args.long_steps, "size": largest, "tau": long} if long else None,

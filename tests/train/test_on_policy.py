@@ -12,9 +12,9 @@ from heads.config import DraftLMConfig, Eagle3Config
 from heads.draft_lm import DraftLM
 from heads.eagle import Eagle3Drafter
 from heads.vocab import build_draft_vocab, token_counts
+from tests.train.loop_runs import run_loop
 from train.config import TrainerConfig
 from train.data import BatchOrder
-from train.loop import build_accelerator, train_loop
 from train.objectives import DraftLMDistillation, Eagle3TrainingTimeTest
 from train.on_policy import (
     OnPolicy,
@@ -207,19 +207,7 @@ def _train(tmp, dataset, target, tokenizer, kind, *, stop_after=None):
     else:
         drafter = _draft_lm(target, tokenizer)
         objective = DraftLMDistillation(target, "al", len(tokenizer), on_policy=policy, pad_token_id=0)
-    acc = build_accelerator(cfg, tmp)
-    train_loop(
-        acc,
-        cfg,
-        drafter,
-        objective,
-        dataset,
-        pad_token_id=tokenizer.pad_token_id,
-        ckpt_dir=tmp / "ckpt",
-        config_dict={"max_steps": 6},
-        stop_after=stop_after,
-    )
-    return acc.unwrap_model(drafter).state_dict(), (tmp / "ckpt" / "log.jsonl").read_text()
+    return run_loop(tmp, cfg, drafter, objective, dataset, tokenizer.pad_token_id, stop_after=stop_after)
 
 
 @pytest.mark.parametrize("kind", ["draft_lm", "draft_lm_answers", "eagle3"])

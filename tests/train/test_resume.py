@@ -7,8 +7,8 @@ from distill.shards import load_distilled
 from heads.config import DraftLMConfig, MedusaConfig
 from heads.draft_lm import DraftLM
 from heads.medusa import MedusaHeads
+from tests.train.loop_runs import run_loop
 from train.config import TrainerConfig
-from train.loop import build_accelerator, train_loop
 from train.objectives import DraftLMDistillation, MedusaDistillation
 
 
@@ -33,19 +33,7 @@ def _train(tmp, dataset, target, tokenizer, *, stop_after=None, resume=True, kin
         if kind == "medusa"
         else DraftLMDistillation(target, "fkl", len(tokenizer))
     )
-    acc = build_accelerator(cfg, tmp)
-    train_loop(
-        acc,
-        cfg,
-        drafter,
-        objective,
-        dataset,
-        pad_token_id=tokenizer.pad_token_id,
-        ckpt_dir=tmp / "ckpt",
-        config_dict={"max_steps": 6},
-        stop_after=stop_after,
-    )
-    return acc.unwrap_model(drafter).state_dict()
+    return run_loop(tmp, cfg, drafter, objective, dataset, tokenizer.pad_token_id, stop_after=stop_after)[0]
 
 
 @pytest.mark.parametrize("kind", ["draft_lm", "medusa"])
