@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -73,7 +74,9 @@ def load_distilled(data_dir: str | Path) -> datasets.Dataset:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary sibling and rename, so readers never see a half-written file."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Write via a temporary sibling and rename, so readers never see a half-written file; the sibling's
+    name is the writer's own, so processes writing the same file at once (every rank of a run) never
+    rename each other's temporary away."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 
 
 def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Temporary sibling (the writer's own name, so concurrent writers never collide), then rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from distill.shards import atomic_write_text
 from train.publish import PublishError, check_publishable
 
 INDEX = "index.json"
@@ -28,13 +29,6 @@ INDEX = "index.json"
 
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "--", name).strip("-") or "unnamed"
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def read_index(hub_dir: str | Path) -> list[dict]:
@@ -86,8 +80,8 @@ def publish_local(
         "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     drafters = read_index(hub) + [entry]
-    _atomic_write(hub / INDEX, json.dumps({"drafters": drafters}, indent=2))
-    _atomic_write(hub / "index.html", render_catalog(drafters))
+    atomic_write_text(hub / INDEX, json.dumps({"drafters": drafters}, indent=2))
+    atomic_write_text(hub / "index.html", render_catalog(drafters))
     return entry
 
 
