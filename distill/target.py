@@ -73,8 +73,8 @@ def load_tokenizer(cfg: TargetConfig):
     return tokenizer
 
 
-def load_target(cfg: TargetConfig, device: torch.device | str = "cpu"):
-    """The frozen target in eval mode on `device`."""
+def load_target(cfg: TargetConfig, device: torch.device | str | None = "cpu"):
+    """The frozen target in eval mode on `device` (None: where loading put it, for a sharder to place)."""
     path = resolve_target(cfg.name_or_path)
     try:
         model = AutoModelForCausalLM.from_pretrained(
@@ -90,7 +90,7 @@ def load_target(cfg: TargetConfig, device: torch.device | str = "cpu"):
             f"could not load target {cfg.name_or_path!r} ({str(e).splitlines()[0]}); check target.name_or_path"
         ) from None
     model.requires_grad_(False)
-    return model.eval().to(device)
+    return model.eval() if device is None else model.eval().to(device)
 
 
 def eos_token_ids(model, tokenizer) -> set[int]:

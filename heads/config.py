@@ -63,7 +63,9 @@ class EagleLayerConfig:
     num_attention_heads: Optional[int] = None  # None = the target's (head_dim = target hidden / heads)
     num_key_value_heads: Optional[int] = None  # None = the target's
     intermediate_size: Optional[int] = None  # None = the target's
-    features: str = "online"  # online: the target runs in each step; offline: bf16 shards written once next to the data
+    # online: the target runs in each step | offline: bf16 shards written once next to the data by a transformers
+    # forward | vllm: the same shards written by vLLM (tensor parallel); training then loads no decoder layer
+    features: str = "online"
 
 
 @dataclass

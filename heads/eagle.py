@@ -227,6 +227,23 @@ class EagleCache:
         return attn.attend(q, self.k, self.v, mask)
 
 
+def eagle3_layer_ids(cfg, num_hidden_layers: int) -> list[int]:
+    """The target layer ids cfg.layer_ids names (default [2, N//2, N−3]), checked as vLLM will read them."""
+    n = num_hidden_layers
+    layer_ids = list(cfg.layer_ids) if cfg.layer_ids is not None else default_eagle3_layers(n)
+    if len(layer_ids) != 3 or len(set(layer_ids)) != 3 or not all(0 <= i <= n for i in layer_ids):
+        raise HeadsError(
+            f"EAGLE-3 fuses 3 distinct target layers in 0..{n}; got layer_ids={layer_ids} "
+            "(set drafter.layer_ids explicitly for a target this shallow)"
+        )
+    if layer_ids != sorted(layer_ids):
+        raise HeadsError(
+            f"drafter.layer_ids={layer_ids} must be ascending: vLLM and SGLang fuse the layers in layer order "
+            f"whatever the config lists; use {sorted(layer_ids)}"
+        )
+    return layer_ids
+
+
 class Eagle3Drafter(nn.Module):
     kind = "eagle3"
     target_signals = ("hidden_states at layer_ids",)
@@ -248,18 +265,7 @@ class Eagle3Drafter(nn.Module):
         """A fresh drafter for `target` (any HF causal LM): its width, frozen copy of its embeddings,
         lm_head initialised from the target's rows of the draft vocabulary (heads.vocab.DraftVocab)."""
         tc = target.config
-        n = tc.num_hidden_layers
-        layer_ids = list(cfg.layer_ids) if cfg.layer_ids is not None else default_eagle3_layers(n)
-        if len(layer_ids) != 3 or len(set(layer_ids)) != 3 or not all(0 <= i <= n for i in layer_ids):
-            raise HeadsError(
-                f"EAGLE-3 fuses 3 distinct target layers in 0..{n}; got layer_ids={layer_ids} "
-                "(set drafter.layer_ids explicitly for a target this shallow)"
-            )
-        if layer_ids != sorted(layer_ids):
-            raise HeadsError(
-                f"drafter.layer_ids={layer_ids} must be ascending: vLLM and SGLang fuse the layers in layer order "
-                f"whatever the config lists; use {sorted(layer_ids)}"
-            )
+        layer_ids = eagle3_layer_ids(cfg, tc.num_hidden_layers)
         embed, lm_head = target.get_input_embeddings().weight, target.get_output_embeddings().weight
         arch = EagleArch.for_target(cfg, target, draft_vocab.size, layer_ids)
         drafter = cls(arch)

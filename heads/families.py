@@ -273,10 +273,10 @@ def _describe_ngram(export_dir: Path, summary: dict) -> dict:
 
 
 def _check_eagle(settings) -> None:
-    if settings.features not in ("online", "offline"):
+    if settings.features not in ("online", "offline", "vllm"):
         raise HeadsError(
-            f"drafter.features={settings.features!r}; use online (the target runs in each step) "
-            "or offline (features written to disk once)"
+            f"drafter.features={settings.features!r}; use online (the target runs in each step), "
+            "offline (features written to disk once) or vllm (written once by vLLM)"
         )
 
 

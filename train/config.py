@@ -44,6 +44,9 @@ class TrainerConfig:
     max_seq_len: int = 512  # longer samples are cut
     max_grad_norm: float = 1.0
     mixed_precision: str = "auto"  # auto (bf16 on a capable GPU, else no) | no | bf16 | fp16
+    # the frozen target across processes: auto (sharded under a DeepSpeed ZeRO-3 or FSDP launch, else replicated)
+    # | replicate (every process holds it whole) | zero3 | fsdp (sharded under any multi-process launch)
+    target_sharding: str = field(default="auto", metadata=NO_EFFECT)
     # checkpoint every N steps (and at the end); EAGLE-3 picks its best checkpoint among these, so it counts
     save_every: int = 100
     keep_last: int = field(default=2, metadata=NO_EFFECT)  # checkpoints kept on disk

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from heads.dflash import DFlashDrafter
-from heads.eagle import Eagle3Drafter
+from heads.eagle import Eagle3Drafter, eagle3_layer_ids
 from heads.eagle1 import Eagle1Drafter
 from heads.medusa import MedusaHeads
 from heads.peagle import PEagleDrafter
@@ -33,6 +33,7 @@ from train.setup_base import (
     offline_features,
     on_policy,
 )
+from train.sharded_target import whole_embeddings
 
 # --- Medusa -----------------------------------------------------------------------------------
 
@@ -49,7 +50,9 @@ def _prepare_medusa(ctx: TrainContext) -> Prepared:
         jsd_beta=trainer.jsd_beta,
         temperature=trainer.kd_temperature,
     )
-    return Prepared(MedusaHeads.from_target(cfg.drafter, ctx.target), objective, dataset, state={"holdout": holdout})
+    with whole_embeddings(ctx.target):
+        heads = MedusaHeads.from_target(cfg.drafter, ctx.target)
+    return Prepared(heads, objective, dataset, state={"holdout": holdout})
 
 
 def _finish_medusa(heads: MedusaHeads, prepared: Prepared, ctx: TrainContext) -> dict:
@@ -90,7 +93,8 @@ MEDUSA = TrainingSetup(
 def _prepare_eagle3(ctx: TrainContext) -> Prepared:
     cfg = ctx.cfg
     vocab, report = draft_vocab(ctx)
-    drafter = Eagle3Drafter.from_target(cfg.drafter, ctx.target, vocab)
+    with whole_embeddings(ctx.target):
+        drafter = Eagle3Drafter.from_target(cfg.drafter, ctx.target, vocab)
     store = offline_features(ctx, drafter.arch.layer_ids)
     objective = Eagle3TrainingTimeTest(
         ctx.target,
@@ -134,7 +138,7 @@ EAGLE3 = TrainingSetup(
     _meta_eagle3,
     _activations_eagle3,
     unroll=lambda d: d.ttt_steps,
-    feature_layers=lambda d: 3,
+    feature_ids=lambda d, config: eagle3_layer_ids(d, config.num_hidden_layers),
     losses=("fkl", "al"),  # fkl: soft cross-entropy against the target (KL up to its entropy)
     off_policy_only=None,
 )
@@ -146,8 +150,9 @@ EAGLE3 = TrainingSetup(
 def _prepare_peagle(ctx: TrainContext) -> Prepared:
     d = ctx.cfg.drafter
     vocab, report = draft_vocab(ctx)
-    token = mask_token(ctx, "mask_token_id", ctx.target.get_input_embeddings().weight.shape[0])
-    drafter = PEagleDrafter.from_target(d, ctx.target, vocab, token)
+    token = mask_token(ctx, "mask_token_id")
+    with whole_embeddings(ctx.target):
+        drafter = PEagleDrafter.from_target(d, ctx.target, vocab, token)
     store = offline_features(ctx, drafter.arch.layer_ids)
 
     def objective(seed=None):
@@ -195,7 +200,7 @@ PEAGLE = TrainingSetup(
     _meta_peagle,
     _activations_peagle,
     unroll=lambda d: 2,  # one forward, real entries plus masks (≈ 2× at anchors·(K−1) ≈ max_seq_len)
-    feature_layers=lambda d: 3,
+    feature_ids=lambda d, config: eagle3_layer_ids(d, config.num_hidden_layers),
     off_policy_only=BLOCK_DRAFTS_ONLY,
 )
 
@@ -209,7 +214,9 @@ def _prepare_eagle1(ctx: TrainContext) -> Prepared:
     objective = Eagle1Distillation(
         ctx.target, len(ctx.tokenizer), noise=d.feature_noise, cls_weight=d.cls_weight, store=store
     )
-    return Prepared(Eagle1Drafter.from_target(d, ctx.target), objective, ctx.dataset)
+    with whole_embeddings(ctx.target):
+        drafter = Eagle1Drafter.from_target(d, ctx.target)
+    return Prepared(drafter, objective, ctx.dataset)
 
 
 def _activations_eagle1(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_bytes) -> tuple[float, float]:
@@ -221,7 +228,7 @@ EAGLE1 = TrainingSetup(
     nothing_after,
     lambda cfg, target, config: Eagle1Drafter.from_target(cfg.drafter, target),
     _activations_eagle1,
-    feature_layers=lambda d: 0,
+    feature_ids=lambda d, config: [],
     # fkl: its fixed objective, feature regression plus soft cross-entropy
     off_policy_only="on-policy training is implemented for EAGLE-3, not for EAGLE-1's feature regression",
 )
@@ -232,8 +239,9 @@ EAGLE1 = TrainingSetup(
 
 def _prepare_dflash(ctx: TrainContext) -> Prepared:
     trainer, d = ctx.cfg.trainer, ctx.cfg.drafter
-    token = mask_token(ctx, "mask_token_id", ctx.target.get_input_embeddings().weight.shape[0])
-    drafter = DFlashDrafter.from_target(d, ctx.target, token)
+    token = mask_token(ctx, "mask_token_id")
+    with whole_embeddings(ctx.target):
+        drafter = DFlashDrafter.from_target(d, ctx.target, token)
     objective = DFlashDenoising(
         ctx.target,
         drafter.arch.layer_ids,

@@ -199,4 +199,5 @@ LAYER_SKIP = TrainingSetup(
     _activations_layer_skip,
     losses=LOSSES,
     off_policy_only="its kept layers are fine-tuned on the target's answers only",
+    whole_target_only="the drafter is a copy of the target's kept layers",
 )

@@ -56,6 +56,8 @@ def build_accelerator(cfg: TrainerConfig, project_dir: Path) -> Accelerator:
         plugin.deepspeed_config["gradient_accumulation_steps"] = cfg.grad_accum
         plugin.deepspeed_config["gradient_clipping"] = cfg.max_grad_norm
         plugin.gradient_accumulation_steps = cfg.grad_accum
+        # the drafter is gathered whole for its export and best checkpoint, whatever the user's DeepSpeed config says
+        plugin.deepspeed_config.setdefault("zero_optimization", {})["stage3_gather_16bit_weights_on_model_save"] = True
     accelerator = Accelerator(
         mixed_precision=mixed_precision(cfg.mixed_precision),
         # a plugin, not the int, so a launcher's ACCELERATE_GRADIENT_ACCUMULATION_STEPS cannot override the recipe
@@ -129,8 +131,9 @@ def train_loop(
     config_dict: dict,
     stop_after: int | None = None,
     select=None,
-) -> dict:
-    """Train `model` with `objective` for cfg.max_steps optimizer steps; return final metrics.
+) -> tuple[dict, torch.nn.Module]:
+    """Train `model` with `objective` for cfg.max_steps optimizer steps; return the final metrics and the
+    model as accelerate prepared it (what full_state_dict gathers from under ZeRO-3).
 
     Resumes from the latest checkpoint in ckpt_dir when cfg.resume, replaying the same batches an
     uninterrupted run would see, so both end with the same weights.
@@ -207,12 +210,12 @@ def train_loop(
             if select is not None:
                 keep_best(accelerator, model, select, ckpt_dir, done)
         if stop_after is not None and done >= stop_after:
-            return metrics
+            return metrics, model
     if not metrics and start >= cfg.max_steps:
         metrics = {"loss": math.nan}
     for tracker in accelerator.trackers:  # not end_training(): it would also end the process group
         tracker.finish()
-    return metrics
+    return metrics, model
 
 
 BEST_WEIGHTS, BEST_META = "best.safetensors", "best.json"

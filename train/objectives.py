@@ -25,6 +25,7 @@ from train.on_policy import (
     score_branches,
     tree_logits,
 )
+from train.sharded_target import whole_embeddings
 
 
 class Objective(Protocol):
@@ -190,6 +191,15 @@ def medusa_positions(hidden: torch.Tensor, batch: dict[str, torch.Tensor], num_h
     return (inputs, labels, masks) if with_masks else (inputs, labels)
 
 
+@torch.no_grad()
+def stored_logits(target: torch.nn.Module, last_hidden: torch.Tensor) -> torch.Tensor:
+    """The target's logits from stored lm_head inputs (offline features): only its lm_head runs, gathered
+    first where the target is sharded."""
+    lm_head = target.get_output_embeddings()
+    with whole_embeddings(target):
+        return lm_head(last_hidden.to(lm_head.weight.dtype))
+
+
 class Eagle3TrainingTimeTest:
     """EAGLE-3's training-time test on a frozen target's own samples, features computed online.
 
@@ -233,10 +243,7 @@ class Eagle3TrainingTimeTest:
             return layer_features(self.target, input_ids, attention_mask, self.layer_ids)
         # host sync: disk lookup by row
         features, last_hidden = self.store.batch(batch["rows"].tolist(), input_ids.shape[1])
-        lm_head = self.target.get_output_embeddings()
-        with torch.no_grad():
-            logits = lm_head(last_hidden.to(input_ids.device, lm_head.weight.dtype))
-        return features.to(input_ids.device), logits
+        return features.to(input_ids.device), stored_logits(self.target, last_hidden.to(input_ids.device))
 
     def __call__(self, model, batch):
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
@@ -326,10 +333,8 @@ class Eagle1Distillation:
         if self.store is None:
             return final_hidden_states(self.target, input_ids, attention_mask)
         _, last_hidden = self.store.batch(batch["rows"].tolist(), input_ids.shape[1])  # host sync: disk lookup by row
-        lm_head = self.target.get_output_embeddings()
-        features = last_hidden.to(input_ids.device, lm_head.weight.dtype)
-        with torch.no_grad():
-            return features, lm_head(features)
+        features = last_hidden.to(input_ids.device, self.target.get_output_embeddings().weight.dtype)
+        return features, stored_logits(self.target, features)
 
     def __call__(self, model, batch):
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]

@@ -20,7 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 from distill.config import output_settings
 from distill.run import config_hash as distill_hash
 from distill.run import distill
-from distill.shards import atomic_write_text
+from distill.shards import atomic_write_text, load_distilled
+from distill.target_heads import load_target_heads
 from eval.config import EvalConfig
 from heads.families import get_family
 from train.config import PublishConfig, RunConfig, TrainerConfig
@@ -29,6 +30,8 @@ from train.eval_stage import eval_stage
 from train.preflight import check_run
 from train.publish_stage import publish_stage
 from train.run_dir import RunPaths, resolve_run_dir
+from train.setup_base import vllm_store
+from train.setups import training_setup
 from train.stage import Run
 from train.train_stage import train_stage
 
@@ -56,7 +59,16 @@ def stage_hashes(cfg: RunConfig, cfg_dict: dict) -> dict[str, str]:
 
 
 def _distill_stage(run: Run) -> dict:
-    return distill(run.cfg.target, run.cfg.data, run.paths.data, run.device)
+    """The target's answers; with drafter.features=vllm also their features, while this process holds the GPUs."""
+    summary = distill(run.cfg.target, run.cfg.data, run.paths.data, run.device)
+    family = get_family(run.cfg.drafter.kind)
+    setup = training_setup(family.kind) if family.trainable else None
+    if setup and setup.feature_ids and run.cfg.drafter.features == "vllm":
+        heads = load_target_heads(run.cfg.target)
+        layer_ids = setup.feature_ids(run.cfg.drafter, heads.config)
+        root = vllm_store(run.cfg, run.paths.data, heads, load_distilled(run.paths.data), layer_ids)
+        summary = summary | {"features": str(root)}
+    return summary
 
 
 STAGE_RUNNERS = {"distill": _distill_stage, "train": train_stage, "eval": eval_stage, "publish": publish_stage}

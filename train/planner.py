@@ -182,7 +182,8 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
     replicas = max(n // tp, 1) if d.backend == "vllm" else 1
     decode_step = target_bytes / tp / (plan.gpu_bandwidth_tbps * 1e12)  # each step reads the weights once
     distill_seconds = generated / (d.batch_size * replicas) * decode_step if d.regenerate else 0.0
-    layers = setup.feature_layers(cfg.drafter) if setup.feature_layers else None  # None: the family reads no features
+    # None: the family reads no stored features
+    layers = len(setup.feature_ids(cfg.drafter, config)) if setup.feature_ids else None
     return {
         "recipe": cfg.recipe_name,
         "target": cfg.target.name_or_path,

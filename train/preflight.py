@@ -27,6 +27,7 @@ def check_run(cfg: RunConfig) -> None:
         raise PipelineError(f"data.source={cfg.data.source!r}; use one of {list(DATA_SOURCES)}")
     if family.trainable:
         _check_training(training_setup(family.kind), family.kind, cfg.trainer)
+        _check_features(cfg)
     check_eval_settings(family.kind, cfg.drafter, cfg.eval)
     if cfg.bakeoff.serve not in ("auto", "off"):
         raise PipelineError(
@@ -89,3 +90,19 @@ def _check_training(setup, kind: str, trainer) -> None:
         raise PipelineError(f"trainer.on_policy_fraction={trainer.on_policy_fraction} must be in (0, 1]")
     if trainer.on_policy_temperature < 0 or trainer.acceptance_gamma < 1:
         raise PipelineError("trainer.on_policy_temperature must be ≥ 0 and trainer.acceptance_gamma ≥ 1")
+
+
+def _check_features(cfg: RunConfig) -> None:
+    """drafter.features=vllm trains without the target's decoder layers: nothing may need its forward."""
+    if getattr(cfg.drafter, "features", None) != "vllm":
+        return
+    if cfg.trainer.policy == "on_policy":
+        raise PipelineError(
+            "trainer.policy=on_policy scores the drafter's own drafts with the target's forward, and "
+            "drafter.features=vllm loads none of its layers in training; use drafter.features=online or offline"
+        )
+    if cfg.trainer.target_sharding not in ("auto", "replicate"):
+        raise PipelineError(
+            f"trainer.target_sharding={cfg.trainer.target_sharding}: with drafter.features=vllm training holds only "
+            "the target's embeddings and lm_head (nothing to shard); set trainer.target_sharding=auto"
+        )

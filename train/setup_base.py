@@ -19,6 +19,7 @@ from heads.vocab import build_draft_vocab, pick_mask_token, token_counts
 from train.data import collate
 from train.errors import PipelineError
 from train.on_policy import OnPolicy
+from train.sharded_target import whole_embeddings
 
 # why a block drafter refuses trainer.policy=on_policy (PARD, P-EAGLE, DFlash)
 BLOCK_DRAFTS_ONLY = "it drafts a whole block in one forward, so its inputs never hold its own drafts"
@@ -35,6 +36,7 @@ class TrainContext:
     paths: Any  # RunPaths
     device: torch.device
     rank: int = 0  # this process's index (on-policy samples differ per process)
+    barrier: Callable[[], None] = lambda: None  # waits for every process (accelerator.wait_for_everyone)
 
 
 @dataclass
@@ -56,11 +58,15 @@ class TrainingSetup:
         ..., tuple[float, float]
     ]  # planner: (cfg, tokens=, layer=, logits=, …) → (target extra, drafter)
     unroll: Callable[[Any], int] = lambda drafter_cfg: 1  # drafter forwards per token in training (EAGLE-3's TTT steps)
-    feature_layers: Optional[Callable[[Any], int]] = None  # target layers an offline feature store keeps per token
+    # (drafter cfg, target config) → the target layer ids an offline feature store keeps per token ([]: only the
+    # lm_head input); None: the family reads no stored features (drafter.features is not its setting)
+    feature_ids: Optional[Callable[[Any, Any], list[int]]] = None
     losses: tuple[str, ...] = ("fkl",)  # trainer.loss values the objective implements (others are refused)
     # why trainer.policy=on_policy is refused, or None where the objective trains on the drafter's own drafts
     off_policy_only: Optional[str] = "its drafts never feed back into its own inputs"
     on_policy_rollouts: tuple[str, ...] = ("chains",)  # trainer.on_policy_rollout values it implements
+    # why the family needs the whole target in every process (trainer.target_sharding is refused), or None
+    whole_target_only: Optional[str] = None
 
 
 def hold_out(dataset, count: int, batch_size: int, key: str):
@@ -74,12 +80,36 @@ def hold_out(dataset, count: int, batch_size: int, key: str):
 
 
 def offline_features(ctx: TrainContext, layer_ids: list[int]) -> Optional[FeatureStore]:
-    """drafter.features=offline: write the features once (resumable) and return their store; else None."""
-    if ctx.cfg.drafter.features != "offline":
+    """drafter.features=offline|vllm: write the features once (resumable) and return their store; online: None."""
+    source = ctx.cfg.drafter.features
+    if source == "online":
         return None
-    root = store_dir(ctx.paths.data, layer_ids, ctx.cfg.target.name_or_path)
-    write_features(ctx.target, ctx.dataset, root, layer_ids, batch_size=ctx.cfg.trainer.batch_size)
-    return FeatureStore(root)
+    ctx.barrier()  # every process sees the same finished shards, so all run the same forwards
+    if source == "vllm":
+        root = vllm_store(ctx.cfg, ctx.paths.data, ctx.target, ctx.dataset, layer_ids) if ctx.rank == 0 else None
+    else:
+        root = store_dir(ctx.paths.data, layer_ids, ctx.cfg.target.name_or_path)
+        batch = ctx.cfg.trainer.batch_size
+        write_features(ctx.target, ctx.dataset, root, layer_ids, batch_size=batch, save=ctx.rank == 0)
+    ctx.barrier()  # written before any process reads them
+    return FeatureStore(root or store_dir(ctx.paths.data, layer_ids, ctx.cfg.target.name_or_path, source))
+
+
+def vllm_store(cfg, data_dir, heads: torch.nn.Module, dataset, layer_ids: list[int]):
+    """The feature store vLLM writes for `dataset` (resumable; the distill stage writes it when it can)."""
+    from distill.vllm_features import write_vllm_features
+
+    root = store_dir(data_dir, layer_ids, cfg.target.name_or_path, "vllm")
+    write_vllm_features(
+        cfg.target,
+        heads,
+        dataset,
+        root,
+        layer_ids,
+        tensor_parallel_size=cfg.data.tensor_parallel_size,
+        memory_fraction=cfg.data.memory_fraction,
+    )
+    return root
 
 
 def sim_tau_selector(objective, dataset, start: int, ctx: TrainContext) -> Callable:
@@ -117,11 +147,15 @@ def on_policy(ctx: TrainContext) -> Optional[OnPolicy]:
     )
 
 
-def mask_token(ctx: TrainContext, key: str, vocab_rows: int) -> int:
-    """drafter.<key>, or an id the distilled data never contains (heads.vocab.pick_mask_token)."""
+def mask_token(ctx: TrainContext, key: str, vocab_rows: Optional[int] = None) -> int:
+    """drafter.<key>, or an id the distilled data never contains (heads.vocab.pick_mask_token) among the first
+    vocab_rows ids (default: the target's input embedding rows)."""
     setting = getattr(ctx.cfg.drafter, key)
     if setting is not None:
         return setting
+    if vocab_rows is None:
+        with whole_embeddings(ctx.target):
+            vocab_rows = ctx.target.get_input_embeddings().weight.shape[0]
     keep = {ctx.tokenizer.pad_token_id, *eos_token_ids(ctx.target, ctx.tokenizer)}
     token = pick_mask_token(
         ctx.dataset["input_ids"], vocab_rows, ctx.tokenizer.all_special_ids, exclude=keep, setting=f"drafter.{key}"
@@ -132,7 +166,8 @@ def mask_token(ctx: TrainContext, key: str, vocab_rows: int) -> int:
 
 def draft_vocab(ctx: TrainContext):
     """EAGLE-3's reduced vocabulary (heads.vocab.DraftVocab) from the distilled answers, and its coverage report."""
-    vocab_rows = ctx.target.get_output_embeddings().weight.shape[0]
+    with whole_embeddings(ctx.target):
+        vocab_rows = ctx.target.get_output_embeddings().weight.shape[0]
     counts = token_counts(ctx.dataset["input_ids"], ctx.dataset["loss_mask"], vocab_rows)
     vocab, report = build_draft_vocab(
         counts, ctx.cfg.drafter.draft_vocab_size, always=eos_token_ids(ctx.target, ctx.tokenizer)

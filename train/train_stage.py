@@ -8,14 +8,17 @@ import time
 from dataclasses import replace
 
 import torch
+from accelerate.utils import DistributedType
 
 from distill.shards import atomic_write_text, load_distilled
-from distill.target import load_target, load_tokenizer
+from distill.target import load_tokenizer
+from distill.target_heads import load_target_heads
 from train.errors import PipelineError
 from train.loop import assign_state, build_accelerator, full_state_dict, launched_processes, train_loop
 from train.run_dir import read_json
 from train.setup_base import TrainContext
 from train.setups import training_setup
+from train.sharded_target import choose_sharding, full_bytes, held_bytes, load_training_target
 from train.stage import Run
 
 SUMMARY = "train_summary.json"
@@ -32,6 +35,14 @@ def training_data(cfg, samples: int) -> dict:
         "optimizer_steps": trainer.max_steps,
         "sequences_per_step": trainer.batch_size * trainer.grad_accum,
     }
+
+
+def launcher(accelerator) -> str:
+    """deepspeed_zero3 | fsdp | other: what `accelerate launch` set up, for trainer.target_sharding=auto."""
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        stage = accelerator.state.deepspeed_plugin.deepspeed_config.get("zero_optimization", {}).get("stage")
+        return "deepspeed_zero3" if stage == 3 else "deepspeed"
+    return "fsdp" if accelerator.distributed_type == DistributedType.FSDP else "other"
 
 
 def train_stage(run: Run) -> dict:
@@ -51,14 +62,32 @@ def train_stage(run: Run) -> dict:
     accelerator = build_accelerator(cfg.trainer, paths.root)
     device = accelerator.device if accelerator.num_processes > 1 else run.device  # each process's own GPU (or the CPU)
     tokenizer = load_tokenizer(cfg.target)
-    target = load_target(cfg.target, device)
-    ctx = TrainContext(cfg, target, tokenizer, load_distilled(paths.data), paths, device, accelerator.process_index)
+    if setup.feature_ids and cfg.drafter.features == "vllm":  # vLLM computes the features: no decoder layer here
+        sharding, target = "heads only", load_target_heads(cfg.target, device)
+    else:
+        sharding = choose_sharding(cfg.trainer.target_sharding, accelerator.num_processes, launcher(accelerator))
+        if sharding != "replicate" and setup.whole_target_only:
+            raise PipelineError(
+                f"trainer.target_sharding={sharding}: {cfg.drafter.kind} cannot train beside a sharded target "
+                f"({setup.whole_target_only}); set trainer.target_sharding=replicate"
+            )
+        target = load_training_target(cfg.target, device, sharding, accelerator.num_processes)
+    ctx = TrainContext(
+        cfg,
+        target,
+        tokenizer,
+        load_distilled(paths.data),
+        paths,
+        device,
+        accelerator.process_index,
+        barrier=accelerator.wait_for_everyone,
+    )
     torch.manual_seed(cfg.trainer.seed)  # the fresh drafter's initial weights
     t0 = time.perf_counter()  # preparing counts: a vocabulary, offline features or a layer search is training cost
     prepared = setup.prepare(ctx)
     parameters = sum(p.numel() for p in prepared.drafter.parameters())  # before ZeRO-3 partitions them
     trainer = cfg.trainer if prepared.steps is None else replace(cfg.trainer, max_steps=prepared.steps)
-    metrics = train_loop(
+    metrics, trained = train_loop(
         accelerator,
         trainer,
         prepared.drafter,
@@ -76,11 +105,14 @@ def train_stage(run: Run) -> dict:
         "optimizer_steps": trainer.max_steps,  # 0: nothing was fitted (a layer skip set found by search alone)
         "parameters": parameters,
         "processes": accelerator.num_processes,
+        # what each process held of the frozen target: its share when sharded, all of it when replicated,
+        # its embeddings, final norm and lm_head with features from vLLM
+        "target": {"sharding": sharding, "bytes_per_process": held_bytes(target), "bytes": full_bytes(target)},
         "training_data": training_data(cfg, len(prepared.dataset)),
     }
-    state = full_state_dict(accelerator, prepared.drafter)  # all processes: ZeRO-3 gathers the shards
+    state = full_state_dict(accelerator, trained)  # all processes: ZeRO-3 gathers the shards
     if accelerator.is_main_process:
-        drafter = accelerator.unwrap_model(prepared.drafter)
+        drafter = accelerator.unwrap_model(trained)
         assign_state(drafter, state)
         summary |= setup.finish(drafter, prepared, ctx)
         drafter.save_pretrained(paths.final)

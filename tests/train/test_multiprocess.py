@@ -47,8 +47,13 @@ CPU_DDP = [
 ]
 
 
-def _env():
-    return {**os.environ, "PYTHONPATH": str(REPO), "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+def _env(deepspeed: bool = False):
+    """ACCELERATE_USE_CPU makes DDP start its 2 processes on CPUs, but it would also turn a DeepSpeed launch into
+    plain DDP (accelerate then ignores the DeepSpeed config): DeepSpeed finds the CPU by itself."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    if deepspeed:
+        del env["ACCELERATE_USE_CPU"]
+    return env
 
 
 def _assert_succeeded(r):
@@ -73,7 +78,8 @@ def _train(run_dir, *launch, stages="[train]", overrides=()):
         if launch
         else [sys.executable, "-m", "train", *args]
     )
-    r = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
+    deepspeed = any("zero" in arg for arg in launch)  # conf/accelerate/zero{2,3}.yaml
+    r = subprocess.run(cmd, cwd=REPO, env=_env(deepspeed), capture_output=True, text=True, timeout=900)
     _assert_succeeded(r)
     return r
 
@@ -116,7 +122,7 @@ def _assert_same_training(run, reference):
     a, b = _weights(run), _weights(reference)
     assert a.keys() == b.keys()
     for k in a:
-        assert (a[k] - b[k]).abs().max() < 1e-5, k
+        assert (a[k].double() - b[k].double()).abs().max() < 1e-5, k  # .double(): EAGLE-3 keeps a bool vocab map
 
 
 def test_two_ddp_processes_train_like_one(tmp_path, one_process):
@@ -146,6 +152,40 @@ def test_two_deepspeed_processes_train_like_one(tmp_path, one_process, stage):
     config = REPO / "conf" / "accelerate" / f"{stage}.yaml"
     _train(run, "--config_file", str(config), "--num_processes", "2", "--mixed_precision", "no")
     _assert_same_training(run, one_process)
+    # trainer.target_sharding=auto: ZeRO-3 shards the frozen target too, ZeRO-2 replicates it
+    assert _target_held(run)["sharding"] == {"zero2": "replicate", "zero3": "zero3"}[stage]
+
+
+def _target_held(run_dir) -> dict:
+    return json.loads((run_dir / "checkpoints" / "final" / "train_summary.json").read_text())["target"]
+
+
+EAGLE3 = ["drafter=eagle3", "drafter.layer_ids=[0,1,2]", "drafter.select_samples=8"]
+ZERO3 = ["--config_file", str(REPO / "conf" / "accelerate" / "zero3.yaml"), "--num_processes", "2"]
+
+
+@pytest.mark.parametrize(
+    "sharding, launch, features",
+    [
+        ("fsdp", [*CPU_DDP], "online"),  # FSDP2 shards the target beside a DDP drafter (accelerate's FSDP needs GPUs)
+        ("zero3", [*ZERO3, "--mixed_precision", "no"], "offline"),  # the offline features are written in lockstep
+    ],
+)
+def test_sharded_target_trains_eagle3_like_a_replicated_one(tmp_path, one_process, sharding, launch, features):
+    """Each of 2 processes holds half of the frozen target, and EAGLE-3 (features from the target's layers, its
+    lm_head, embeddings copied into the drafter) trains exactly as 1 process with the whole target does."""
+    if sharding == "zero3" and find_spec("deepspeed") is None:
+        pytest.skip("DeepSpeed is not installed; pip install -e '.[deepspeed]'")
+    overrides = [*EAGLE3, f"drafter.features={features}"]
+    reference = _with_data(tmp_path, one_process, "one")
+    _train(reference, overrides=overrides)
+    run = _with_data(tmp_path, one_process, "two")
+    _train(run, *launch, overrides=[*overrides, f"trainer.target_sharding={sharding}"])
+    _assert_same_training(run, reference)
+    whole, half = _target_held(reference), _target_held(run)
+    assert whole["sharding"] == "replicate" and whole["bytes_per_process"] == whole["bytes"]
+    assert half["sharding"] == sharding and half["bytes"] == whole["bytes"]
+    assert abs(half["bytes_per_process"] - whole["bytes"] / 2) <= 0.01 * whole["bytes"]  # padding aside: exactly 1/2
 
 
 def test_two_processes_train_on_policy_like_one(tmp_path, one_process):
