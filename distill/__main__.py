@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from typing import List
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -19,6 +20,8 @@ class DistillAppConfig:
     data: DataConfig = field(default_factory=DataConfig)
     out_dir: str = MISSING  # where the sharded dataset and manifest.json go
     device: str = "auto"  # auto | cpu | cuda | cuda:N
+    # part directories of a split distillation (data.num_shards > 1) to merge into out_dir (same settings)
+    merge: List[str] = field(default_factory=list)
 
 
 ConfigStore.instance().store(name="distill_schema", node=DistillAppConfig)
@@ -29,15 +32,22 @@ def main(cfg) -> None:
     import datasets
 
     datasets.disable_progress_bars()  # one bar per stage is ours; shard saves need none
-    from distill.run import distill
+    from distill.run import distill, merge_parts
     from distill.target import default_device
 
     app: DistillAppConfig = OmegaConf.to_object(cfg)
     try:
-        manifest = distill(app.target, app.data, app.out_dir, default_device() if app.device == "auto" else app.device)
+        if app.merge:
+            manifest = merge_parts(app.merge, app.out_dir, app.target, app.data)
+        else:
+            device = default_device() if app.device == "auto" else app.device
+            manifest = distill(app.target, app.data, app.out_dir, device)
     except DistillError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    if "of" in manifest:  # one job of a split distillation
+        print(f"{app.out_dir}: part {manifest['index']} of {manifest['of']} done ({len(manifest['shards'])} shards)")
+        return
     print(
         f"{app.out_dir}: {manifest['counts']['samples']} samples, "
         f"{manifest['counts']['assistant_tokens']} assistant tokens"

@@ -69,6 +69,10 @@ class DataConfig:
     memory_fraction: Optional[float] = field(default=None, metadata=NO_EFFECT)
     batch_size: int = 16  # prompts per generate call (left padded)
     shard_size: int = 64  # prompts per shard; a killed run resumes from the last complete shard
+    # split the distillation over independent jobs: job shard_index of num_shards answers shards shard_index,
+    # shard_index + num_shards, …; `python -m distill merge=[…]` joins the parts into the one-job dataset
+    num_shards: int = field(default=1, metadata=NO_EFFECT)
+    shard_index: int = field(default=0, metadata=NO_EFFECT)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     mix: List[PromptSource] = field(
         default_factory=list

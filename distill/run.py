@@ -32,6 +32,7 @@ from distill.target import (
 )
 
 MANIFEST = "manifest.json"
+PART = "part.json"  # what one job of a split distillation (data.num_shards > 1) wrote
 
 
 def config_hash(target: TargetConfig, data: DataConfig) -> str:
@@ -70,6 +71,8 @@ def distill(
         )
     if data.source not in DATA_SOURCES:
         raise DistillError(f"data.source={data.source!r}; use one of {list(DATA_SOURCES)}")
+    if not 0 <= data.shard_index < data.num_shards:
+        raise DistillError(f"data.shard_index={data.shard_index} must be ≥ 0 and < data.num_shards={data.num_shards}")
     start = time.perf_counter()
     tokenizer = load_tokenizer(target)
     if data.source == "corpus":
@@ -78,22 +81,35 @@ def distill(
         examples, dropped = _prompts(target, data, tokenizer)
     writer = ShardWriter(out_dir, {"config_hash": digest, "tokenizer": tokenizer_hash(tokenizer)})
     shards = [examples[i : i + data.shard_size] for i in range(0, len(examples), data.shard_size)]
-    todo = [i for i in range(len(shards)) if not writer.done(i)]
+    mine = [i for i in range(len(shards)) if i % data.num_shards == data.shard_index]  # all of them in one job
+    todo = [i for i in mine if not writer.done(i)]
     if stop_after_shards is not None:
         todo = todo[:stop_after_shards]
     regenerate = data.regenerate and data.source == "target"
     sampler = _sampler(target, data, tokenizer, device) if regenerate and todo else None
-    already = sum(len(shard) for i, shard in enumerate(shards) if writer.done(i))
+    already = sum(len(shards[i]) for i in mine if writer.done(i))
     try:
-        with tqdm(total=len(examples), initial=already, desc="distill", unit="prompt") as bar:
+        with tqdm(total=sum(len(shards[i]) for i in mine), initial=already, desc="distill", unit="prompt") as bar:
             for i in todo:
                 writer.write(i, _shard_rows(shards[i], sampler, seed=data.sampling.seed * 1_000_003 + i))
                 bar.update(len(shards[i]))
     finally:
         if sampler is not None:
             sampler.close()
-    if any(not writer.done(i) for i in range(len(shards))):
-        return {"complete": False, "shards_done": sum(writer.done(i) for i in range(len(shards)))}
+    if any(not writer.done(i) for i in mine):
+        return {"complete": False, "shards_done": sum(writer.done(i) for i in mine)}
+    if data.num_shards > 1:  # a part: the manifest is written when the parts are merged
+        part = {
+            "config_hash": digest,
+            "index": data.shard_index,
+            "of": data.num_shards,
+            "shards": mine,
+            "total_shards": len(shards),
+            "dropped_too_long": dropped,
+            "seconds": round(time.perf_counter() - start, 1),
+        }
+        atomic_write_text(out_dir / PART, json.dumps(part, indent=2))
+        return part | {"complete": True}
     return _write_manifest(
         out_dir,
         target,
@@ -129,6 +145,44 @@ def _corpus(target: TargetConfig, data: DataConfig, tokenizer) -> list[dict]:
         texts = [conversation_text(c) for c in load_conversations(data.prompts, data.split, None)]
     examples = corpus_examples(texts, tokenizer, data.corpus_window, data.max_prompts, data.sampling.seed)
     return [ex | {"finish_reason": "corpus"} for ex in examples]
+
+
+def merge_parts(parts: list[str | Path], out_dir: str | Path, target: TargetConfig, data: DataConfig) -> dict:
+    """One dataset and one manifest in `out_dir` from the parts of a split distillation — what one job writes.
+
+    Every part must be complete and made with these settings (data.num_shards and data.shard_index aside);
+    the shards are copied (a rerun skips those already there), the parts are left as they are.
+    """
+    digest = config_hash(target, data)
+    infos = []
+    for part in map(Path, parts):
+        info = json.loads((part / PART).read_text()) if (part / PART).exists() else None
+        if info is None:
+            raise DistillError(f"{part} holds no finished part ({PART}); run or finish its job first")
+        if info["config_hash"] != digest:
+            raise DistillError(f"{part} was distilled with other settings; merge with the settings its jobs used")
+        infos.append((part, info))
+    indices = sorted(info["index"] for _, info in infos)
+    count = infos[0][1]["of"]
+    if indices != list(range(count)):
+        raise DistillError(f"the parts are jobs {indices} of {count}; merge every job 0…{count - 1} exactly once")
+    tokenizer = load_tokenizer(target)
+    writer = ShardWriter(Path(out_dir), {"config_hash": digest, "tokenizer": tokenizer_hash(tokenizer)})
+    for part, info in infos:
+        for i in info["shards"]:
+            if not writer.done(i):
+                writer.copy(i, ShardWriter.path_in(part, i))
+    total = infos[0][1]["total_shards"]
+    return _write_manifest(
+        out_dir,
+        target,
+        data,
+        tokenizer,
+        digest=digest,
+        num_shards=total,
+        dropped=infos[0][1]["dropped_too_long"],
+        seconds=sum(info["seconds"] for _, info in infos),
+    )
 
 
 def first_samples(source_dir: str | Path, out_dir: str | Path, target: TargetConfig, data: DataConfig) -> dict:

@@ -39,10 +39,23 @@ class ShardWriter:
             atomic_write_text(fp_file, json.dumps(fingerprint, indent=2, sort_keys=True))
 
     def path(self, index: int) -> Path:
-        return self.shard_dir / f"shard-{index:05d}"
+        return self.path_in(self.root, index)
+
+    @staticmethod
+    def path_in(data_dir: Path, index: int) -> Path:
+        return Path(data_dir) / SHARDS / f"shard-{index:05d}"
 
     def done(self, index: int) -> bool:
         return self.path(index).exists()
+
+    def copy(self, index: int, shard: Path) -> None:
+        """Shard `index` copied from another dataset's shard directory (merging a split distillation)."""
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.shard_dir))
+        try:
+            shutil.copytree(shard, tmp, dirs_exist_ok=True)
+            os.replace(tmp, self.path(index))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def write(self, index: int, rows: dict[str, list]) -> None:
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.shard_dir))

@@ -22,10 +22,13 @@ from distill.target import TOYWORLD_PREFIX
 from train.config import PlanConfig
 from train.known_targets import KNOWN_TARGETS
 from train.setups import training_setup
+from train.sharded_target import choose_sharding
 
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 STRATEGIES = ("single", "ddp", "zero2", "zero3", "fsdp")
+# what train.sharded_target.choose_sharding calls each strategy's launch (trainer.target_sharding=auto)
+LAUNCHERS = {"single": "other", "ddp": "other", "zero2": "deepspeed", "zero3": "deepspeed_zero3", "fsdp": "fsdp"}
 
 
 class PlanError(ValueError):
@@ -124,14 +127,38 @@ def _state_bytes(strategy: str, n: int, bf16: bool, all_params: int, trainable: 
     return {"drafter_weights": weights, "gradients": grads, "optimizer": optim}
 
 
+def _target_memory(target: torch.nn.Module, t_bytes: int, sharding: str, n: int) -> dict[str, float]:
+    """Per-GPU bytes of the frozen target: whole, 1/n of it plus what its forward gathers, or only its heads."""
+    heads = [target.get_input_embeddings(), target.get_output_embeddings(), target.get_decoder().norm]
+    heads_bytes = sum(param_bytes(m, t_bytes) for m in heads) - (
+        param_bytes(heads[0], t_bytes) if heads[0].weight is heads[1].weight else 0
+    )
+    if sharding == "replicate":
+        return {"target_weights": param_bytes(target, t_bytes)}
+    if sharding == "heads only":  # features from vLLM: embeddings, final norm and lm_head
+        return {"target_weights": heads_bytes}
+    # sharded: each process keeps 1/n; a forward gathers a layer while prefetching the next, and the
+    # embeddings and lm_head whole (FSDP's root unit; ZeRO-3 when they run)
+    layer = max(param_bytes(m, t_bytes) for m in target.get_decoder().layers)
+    return {"target_weights": param_bytes(target, t_bytes) / n, "target_gathered": 2 * layer + heads_bytes}
+
+
 def _activation_bytes(
-    cfg, config: PretrainedConfig, drafter_hidden: int, per_gpu_batch: int, target_bytes_per_value: int, act_bytes: int
+    cfg,
+    config: PretrainedConfig,
+    drafter_hidden: int,
+    per_gpu_batch: int,
+    target_bytes_per_value: int,
+    act_bytes: int,
+    forward: bool = True,
 ) -> dict[str, float]:
-    """Estimated peak activations (±2×): the target's no-grad forward, the drafter's saved tensors."""
+    """Estimated peak activations (±2×): the target's no-grad forward (or its lm_head alone on stored
+    features), the drafter's saved tensors."""
     tokens = per_gpu_batch * cfg.trainer.max_seq_len
     H, F, V = config.hidden_size, config.intermediate_size, config.vocab_size
-    # target: one layer's transient tensors + its logits (and their float copy for the loss)
-    target = tokens * ((4 * H + 3 * F) * target_bytes_per_value + V * (target_bytes_per_value + 4))
+    # target: one layer's transient tensors (none without a forward) + its logits (and their float copy for the loss)
+    layer = (4 * H + 3 * F) * target_bytes_per_value if forward else 0
+    target = tokens * (layer + V * (target_bytes_per_value + 4))
     layer = 34 * tokens * drafter_hidden * act_bytes // 2  # saved tensors of one decoder layer (flash/SDPA attention)
     extra, drafter = training_setup(cfg.drafter.kind).activations(
         cfg, tokens=tokens, hidden=H, layer=layer, vocab=V, act_bytes=act_bytes, target_bytes=target_bytes_per_value
@@ -161,9 +188,17 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
     target_bytes = param_bytes(target, t_bytes)
     all_params = sum(p.numel() for p in drafter.parameters())
     trainable = sum(p.numel() for p in drafter.parameters() if p.requires_grad)
-    memory = {"target_weights": target_bytes} | _state_bytes(launch.strategy, n, bf16, all_params, trainable)
+    setup = training_setup(cfg.drafter.kind)
+    from_vllm = bool(setup.feature_ids) and cfg.drafter.features == "vllm"
+    sharding = (
+        "heads only" if from_vllm else choose_sharding(cfg.trainer.target_sharding, n, LAUNCHERS[launch.strategy])
+    )
+    memory = _target_memory(target, t_bytes, sharding, n)
+    memory |= _state_bytes(launch.strategy, n, bf16, all_params, trainable)
     hidden = getattr(getattr(drafter, "config", None), "hidden_size", None) or config.hidden_size
-    memory |= _activation_bytes(cfg, config, hidden, cfg.trainer.batch_size // n, t_bytes, 2 if bf16 else 4)
+    memory |= _activation_bytes(
+        cfg, config, hidden, cfg.trainer.batch_size // n, t_bytes, 2 if bf16 else 4, forward=not from_vllm
+    )
     total = sum(memory.values())
 
     d = cfg.data
@@ -173,15 +208,16 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
     train_tokens = cfg.trainer.max_steps * cfg.trainer.batch_size * cfg.trainer.grad_accum * sample_tokens
     embed = config.vocab_size * config.hidden_size
     target_params = sum(p.numel() for p in target.parameters())
-    setup = training_setup(cfg.drafter.kind)
     unroll = setup.unroll(cfg.drafter)
     # target forward (its input embedding is a lookup, not FLOPs) + drafter forward/backward per unrolled step
-    flops_per_token = 2 * (target_params - embed) + 6 * unroll * trainable
+    flops_per_token = (0 if from_vllm else 2 * (target_params - embed)) + 6 * unroll * trainable
     train_seconds = train_tokens * flops_per_token / (n * plan.gpu_tflops * 1e12 * plan.mfu)
     tp = d.tensor_parallel_size if d.backend == "vllm" else 1
     replicas = max(n // tp, 1) if d.backend == "vllm" else 1
     decode_step = target_bytes / tp / (plan.gpu_bandwidth_tbps * 1e12)  # each step reads the weights once
     distill_seconds = generated / (d.batch_size * replicas) * decode_step if d.regenerate else 0.0
+    if from_vllm:  # vLLM's prefill over every distilled token (compute-bound), on the same GPUs
+        distill_seconds += samples * sample_tokens * 2 * target_params / (n * plan.gpu_tflops * 1e12 * plan.mfu)
     # None: the family reads no stored features
     layers = len(setup.feature_ids(cfg.drafter, config)) if setup.feature_ids else None
     return {
@@ -194,6 +230,7 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
         "drafter_trainable_params": trainable,
         "accelerate": plan.accelerate,
         "strategy": launch.strategy,
+        "target_sharding": sharding,
         "processes": n,
         "mixed_precision": launch.mixed_precision,
         "memory_per_gpu": {k: int(v) for k, v in memory.items()},
@@ -215,6 +252,14 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
     }
 
 
+SHARDING_WORDS = {
+    "replicate": "replicated (whole in every process)",
+    "zero3": "sharded over {n} processes (ZeRO-3)",
+    "fsdp": "sharded over {n} processes (FSDP2)",
+    "heads only": "embeddings, final norm and lm_head only (features from vLLM)",
+}
+
+
 def render_plan(p: dict) -> str:
     """The plan as the lines `dry_run=true` prints."""
 
@@ -227,7 +272,8 @@ def render_plan(p: dict) -> str:
         f"on {p['target']} ({p['target_params'] / 1e9:.2f} B params, {p['target_dtype']})",
         f"launch: {p['strategy']}"
         + (f" ({p['accelerate']})" if p["accelerate"] != p["strategy"] else "")
-        + f", {p['processes']} process(es), mixed precision {p['mixed_precision']}",
+        + f", {p['processes']} process(es), mixed precision {p['mixed_precision']}; frozen target: "
+        + SHARDING_WORDS[p["target_sharding"]].format(n=p["processes"]),
         "memory per GPU:",
         *(f"  {k:<20}{gib(v)}" for k, v in p["memory_per_gpu"].items()),
         f"  {'total':<20}{gib(p['memory_per_gpu_total'])}  of {p['gpu_memory'] / GIB:.1f} GiB: "
@@ -237,11 +283,10 @@ def render_plan(p: dict) -> str:
         f"training: {p['steps']} steps, ≤ {p['train_tokens_max'] / 1e9:.2f} B tokens, {p['epochs']:.2f} epochs",
     ]
     if p["features"] is not None:
-        where = (
-            "written once (drafter.features=offline)"
-            if p["features"] == "offline"
-            else "not written (drafter.features=online; offline would need this much disk)"
-        )
+        where = {
+            "offline": "written once (drafter.features=offline)",
+            "vllm": "written once by vLLM before training (drafter.features=vllm, data.tensor_parallel_size GPUs)",
+        }.get(p["features"], "not written (drafter.features=online; offline or vllm would need this much disk)")
         lines.append(f"offline features: ≤ {p['offline_feature_bytes'] / 1e12:.2f} TB, {where}")
     lines.append(
         f"time (roofline estimate): distillation {p['distill_hours']:.1f} h, training {p['train_hours']:.1f} h"
@@ -249,13 +294,13 @@ def render_plan(p: dict) -> str:
     if not p["fits"] and p["memory_per_gpu"]["target_weights"] >= p["gpu_memory"]:
         lines.append(
             "does not fit: the frozen target alone exceeds one GPU, and every process holds a replica "
-            "(drafthub does not shard a frozen target); use GPUs with more memory (plan.gpu_memory_gb) "
-            "or a smaller target dtype"
+            f"(trainer.target_sharding resolves to {p['target_sharding']}); shard it with plan.accelerate=zero3 "
+            "or fsdp (trainer.target_sharding=auto), or take its features from vLLM (drafter.features=vllm)"
         )
     elif not p["fits"]:
         lines.append(
-            "does not fit: raise plan.num_processes under zero3/fsdp (drafter states shard; "
-            "the frozen target is replicated), lower trainer.batch_size or trainer.max_seq_len, "
+            "does not fit: raise plan.num_processes under zero3/fsdp (the drafter's states and the frozen "
+            "target shard), lower trainer.batch_size or trainer.max_seq_len, "
             "or use GPUs with more memory (plan.gpu_memory_gb)"
         )
     return "\n".join(lines)

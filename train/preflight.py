@@ -23,6 +23,12 @@ def check_run(cfg: RunConfig) -> None:
     family = get_family(cfg.drafter.kind)  # an unknown kind fails here, naming the known ones
     family.check(cfg.drafter)
     _check_against_target(family, cfg)
+    if cfg.data.num_shards > 1 and set(cfg.stages) - {"distill"}:
+        raise PipelineError(
+            f"data.num_shards={cfg.data.num_shards} distils one part of the dataset; run each part with "
+            "stages=[distill], merge them with `python -m distill merge=[PART,…] out_dir=RUN_DIR/data` "
+            "(same settings), then run the other stages"
+        )
     if cfg.data.source not in DATA_SOURCES:
         raise PipelineError(f"data.source={cfg.data.source!r}; use one of {list(DATA_SOURCES)}")
     if family.trainable:

@@ -120,29 +120,45 @@ def test_every_real_recipe_is_planned_offline_and_fits(recipe, monkeypatch, tmp_
         assert plan["offline_feature_bytes"] == plan["samples"] * plan["tokens_per_sample_max"] * 4 * hidden * 2
 
 
-def test_dry_run_cli_writes_nothing_and_flags_a_misfit(tmp_path):
+def _dry_run(tmp_path, *overrides):
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    ok = subprocess.run(
-        [sys.executable, "-m", "train", "recipe=eagle_llama70b", "dry_run=true"],
+    return subprocess.run(
+        [sys.executable, "-m", "train", "recipe=eagle_llama70b", "dry_run=true", *overrides],
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def test_dry_run_cli_writes_nothing_and_flags_a_misfit(tmp_path):
+    """eagle_llama70b fits 8 × 80 GB with the target sharded by ZeRO-3 or taken from vLLM; replicated it does not."""
+    ok = _dry_run(tmp_path)
     assert ok.returncode == 0, ok.stderr[-2000:]
-    assert "131.4 GiB" in ok.stdout and "fits" in ok.stdout and "offline features" in ok.stdout
-    small = subprocess.run(
-        [sys.executable, "-m", "train", "recipe=eagle_llama70b", "dry_run=true", "plan.gpu_memory_gb=80"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert small.returncode == 3
-    assert "DOES NOT FIT" in small.stdout and "frozen target alone exceeds one GPU" in small.stdout
+    assert "frozen target: sharded over 8 processes (ZeRO-3)" in ok.stdout
+    assert "target_weights          16.4 GiB" in ok.stdout and "of 74.5 GiB: fits" in ok.stdout  # 131.4 GiB / 8
+    served = _dry_run(tmp_path, "drafter.features=vllm")
+    assert served.returncode == 0, served.stderr[-2000:]
+    assert "embeddings, final norm and lm_head only (features from vLLM)" in served.stdout
+    assert "written once by vLLM before training" in served.stdout and "fits" in served.stdout
+    replicated = _dry_run(tmp_path, "plan.accelerate=ddp")
+    assert replicated.returncode == 3
+    assert "target_weights         131.4 GiB" in replicated.stdout and "DOES NOT FIT" in replicated.stdout
+    assert "the frozen target alone exceeds one GPU, and every process holds a replica" in replicated.stdout
+    assert "shard it with plan.accelerate=zero3 or fsdp" in replicated.stdout
     assert {p.name for p in tmp_path.iterdir()} <= {"hf"}  # no run directory
     assert (
         not any(p.is_file() for p in (tmp_path / "hf").rglob("*")) if (tmp_path / "hf").exists() else True
     )  # nothing downloaded
+
+
+@pytest.mark.parametrize("accelerate", ["zero3", "fsdp"])
+def test_a_sharded_target_counts_one_share_per_gpu(micro_world, accelerate):
+    replicated = plan_run(_run_config(micro_world, Eagle3Config(layer_ids=[0, 1, 2]), accelerate="ddp"))
+    cfg = _run_config(micro_world, Eagle3Config(layer_ids=[0, 1, 2]), accelerate=accelerate, num_processes=4)
+    sharded = plan_run(cfg)
+    whole = replicated["memory_per_gpu"]["target_weights"]
+    assert sharded["target_sharding"] == accelerate and sharded["memory_per_gpu"]["target_weights"] == whole // 4
+    cfg.trainer.target_sharding = "replicate"  # the user's choice stands
+    assert plan_run(cfg)["memory_per_gpu"]["target_weights"] == whole

@@ -1,8 +1,13 @@
 """trainer.target_sharding: which sharding a launch gets, and the settings refused with their fix."""
 
-import pytest
+import re
 
+import pytest
+from omegaconf import OmegaConf
+
+from tests.test_families import _compose
 from train.errors import PipelineError
+from train.preflight import check_run
 from train.sharded_target import choose_sharding
 
 
@@ -30,3 +35,28 @@ def test_sharding_over_one_process_is_refused_with_the_fix():
         choose_sharding("zero3", 1, "other")
     with pytest.raises(PipelineError, match=r"trainer.target_sharding='shard' is not one of"):
         choose_sharding("shard", 2, "other")
+
+
+@pytest.mark.parametrize(
+    "overrides, error",
+    [
+        (
+            ["drafter.features=vllm", "trainer.policy=on_policy"],
+            "trainer.policy=on_policy scores the drafter's own drafts with the target's forward, and "
+            "drafter.features=vllm loads none of its layers in training",
+        ),
+        (
+            ["drafter.features=vllm", "trainer.target_sharding=zero3"],
+            "with drafter.features=vllm training holds only the target's embeddings and lm_head",
+        ),
+        (
+            ["data.num_shards=2", "stages=[distill,train]"],
+            "data.num_shards=2 distils one part of the dataset; run each part with stages=[distill], merge them",
+        ),
+    ],
+)
+def test_settings_that_need_what_the_run_does_not_have_are_refused(overrides, error):
+    cfg = OmegaConf.to_object(_compose("recipe=toy_eagle", "target=micro", *overrides))
+    with pytest.raises(PipelineError, match=re.escape(error)):
+        check_run(cfg)
+    check_run(OmegaConf.to_object(_compose("recipe=toy_eagle", "target=micro", "drafter.features=vllm")))
