@@ -172,17 +172,10 @@ def merge_parts(parts: list[str | Path], out_dir: str | Path, target: TargetConf
         for i in info["shards"]:
             if not writer.done(i):
                 writer.copy(i, ShardWriter.path_in(part, i))
-    total = infos[0][1]["total_shards"]
-    return _write_manifest(
-        out_dir,
-        target,
-        data,
-        tokenizer,
-        digest=digest,
-        num_shards=total,
-        dropped=infos[0][1]["dropped_too_long"],
-        seconds=sum(info["seconds"] for _, info in infos),
-    )
+    first = infos[0][1]
+    totals = {"num_shards": first["total_shards"], "dropped": first["dropped_too_long"]}
+    seconds = sum(info["seconds"] for _, info in infos)
+    return _write_manifest(out_dir, target, data, tokenizer, digest=digest, seconds=seconds, **totals)
 
 
 def first_samples(source_dir: str | Path, out_dir: str | Path, target: TargetConfig, data: DataConfig) -> dict:

@@ -9,6 +9,7 @@ that with the steps after training and the planner's hooks. The rows live beside
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -18,6 +19,7 @@ from distill.target import eos_token_ids
 from heads.vocab import build_draft_vocab, pick_mask_token, token_counts
 from train.data import collate
 from train.errors import PipelineError
+from train.loop import launched_processes
 from train.on_policy import OnPolicy
 from train.sharded_target import whole_embeddings
 
@@ -84,31 +86,33 @@ def offline_features(ctx: TrainContext, layer_ids: list[int]) -> Optional[Featur
     source = ctx.cfg.drafter.features
     if source == "online":
         return None
+    root = store_dir(ctx.paths.data, layer_ids, ctx.cfg.target.name_or_path, source)
     ctx.barrier()  # every process sees the same finished shards, so all run the same forwards
-    if source == "vllm":
-        root = vllm_store(ctx.cfg, ctx.paths.data, ctx.target, ctx.dataset, layer_ids) if ctx.rank == 0 else None
-    else:
-        root = store_dir(ctx.paths.data, layer_ids, ctx.cfg.target.name_or_path)
+    if source == "offline":
         batch = ctx.cfg.trainer.batch_size
         write_features(ctx.target, ctx.dataset, root, layer_ids, batch_size=batch, save=ctx.rank == 0)
+    elif not (root / "manifest.json").exists() and launched_processes() > 1:  # vLLM needs the processes' GPUs
+        raise PipelineError(
+            "drafter.features=vllm: the features are not written yet, and vLLM cannot run beside the "
+            "training processes; run `python -m train … stages=[distill]` alone first (it writes them), "
+            "then launch the training"
+        )
+    elif ctx.rank == 0:
+        vllm_store(ctx.cfg, ctx.paths.data, ctx.target, ctx.dataset, layer_ids)
     ctx.barrier()  # written before any process reads them
-    return FeatureStore(root or store_dir(ctx.paths.data, layer_ids, ctx.cfg.target.name_or_path, source))
+    return FeatureStore(root)
 
 
-def vllm_store(cfg, data_dir, heads: torch.nn.Module, dataset, layer_ids: list[int]):
+def vllm_store(cfg, data_dir, heads: torch.nn.Module, dataset, layer_ids: list[int]) -> Path:
     """The feature store vLLM writes for `dataset` (resumable; the distill stage writes it when it can)."""
     from distill.vllm_features import write_vllm_features
 
     root = store_dir(data_dir, layer_ids, cfg.target.name_or_path, "vllm")
+    data = cfg.data
     write_vllm_features(
-        cfg.target,
-        heads,
-        dataset,
-        root,
-        layer_ids,
-        tensor_parallel_size=cfg.data.tensor_parallel_size,
-        memory_fraction=cfg.data.memory_fraction,
-    )
+        cfg.target, heads, dataset, root, layer_ids,
+        tensor_parallel_size=data.tensor_parallel_size, memory_fraction=data.memory_fraction,
+    )  # fmt: skip
     return root
 
 
