@@ -1,6 +1,7 @@
 """drafter.features=vllm: vLLM (extract_hidden_states) writes the feature shards a transformers forward writes."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -8,9 +9,8 @@ import pytest
 import torch
 
 import distill.vllm_features as vllm_features
-from distill.config import DataConfig, SamplingConfig, TargetConfig
+from distill.config import TargetConfig
 from distill.feature_store import FeatureStore, write_features
-from distill.run import distill
 from distill.shards import load_distilled
 from distill.target_heads import load_target_heads
 from tests.conftest import REPO
@@ -20,41 +20,10 @@ TARGET = TargetConfig(name_or_path="toyworld:micro")
 IDS = [0, 1, 2]  # id 2 = N: the last layer's output before the final norm
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory, micro_world):
-    out = tmp_path_factory.mktemp("data")
-    data = DataConfig(max_prompts=10, batch_size=5, shard_size=10, sampling=SamplingConfig(max_new_tokens=16))
-    distill(TARGET, data, out, "cpu")
-    return load_distilled(out)
-
-
-def test_vllm_features_equal_transformers_features_and_resume_without_an_engine(tmp_path, dataset, target, monkeypatch):
-    hf = write_features(target, dataset, tmp_path / "hf", IDS, shard_size=4)
-    ours = vllm_features.write_vllm_features(
-        TARGET, load_target_heads(TARGET), dataset, tmp_path / "vllm", IDS, shard_size=4
-    )
-    assert ours == hf  # same manifest: layer ids, sizes, shards
-    rows = list(range(len(dataset)))
-    width = max(map(len, dataset["input_ids"]))
-    (f_hf, last_hf), (f_vllm, last_vllm) = (FeatureStore(tmp_path / d).batch(rows, width) for d in ("hf", "vllm"))
-    # both are float32 forwards rounded to bf16: they differ by at most one bf16 step (2⁻⁸ relative)
-    assert torch.allclose(f_vllm, f_hf, rtol=2**-7, atol=1e-2), (f_vllm - f_hf).abs().max()
-    assert torch.allclose(last_vllm, last_hf, rtol=2**-7, atol=1e-2), (last_vllm - last_hf).abs().max()
-    assert not (tmp_path / "vllm" / ".vllm").exists()  # vLLM's per-request files are gone
-
-    def no_engine(*args, **kwargs):
-        raise AssertionError("a complete store must not start vLLM")
-
-    monkeypatch.setattr(vllm_features, "_Extractor", no_engine)
-    assert (
-        vllm_features.write_vllm_features(
-            TARGET, load_target_heads(TARGET), dataset, tmp_path / "vllm", IDS, shard_size=4
-        )
-        == hf
-    )
-
-
-def _train(run_dir, *overrides):
+def _train(run_dir, *overrides, data=None):
+    """`python -m train` (distil and train); with `data`, a copy of that distilled dataset is used."""
+    if data is not None:
+        shutil.copytree(data, run_dir / "data")
     args = [
         "target=micro",
         "drafter=eagle3",
@@ -79,12 +48,28 @@ def _train(run_dir, *overrides):
     return [json.loads(line)["loss"] for line in log], summary["target"]
 
 
-def test_eagle3_trains_on_vllm_features_without_the_targets_layers(tmp_path, micro_world):
-    """The distill stage writes the features with vLLM; training loads only the target's embeddings, final norm
-    and lm_head, and follows the loss curve of training on the target's own forward."""
+def test_eagle3_trains_on_vllm_features_equal_to_transformers_features(tmp_path, target, monkeypatch):
+    """The distill stage writes the features with vLLM: they equal a transformers forward's within bf16; training
+    loads only the target's embeddings, final norm and lm_head and follows the loss curve of online training."""
     online, whole = _train(tmp_path / "online")
-    served, heads = _train(tmp_path / "vllm", "drafter.features=vllm")
+    served, heads = _train(tmp_path / "vllm", "drafter.features=vllm", data=tmp_path / "online" / "data")
     assert served == pytest.approx(online, rel=1e-2)  # bf16 storage is the only difference
     assert heads["sharding"] == "heads only" and heads["bytes"] == whole["bytes"]
     assert heads["bytes_per_process"] < whole["bytes"] / 3  # no decoder layer was loaded
-    assert list((tmp_path / "vllm" / "data" / "features").glob("*/manifest.json"))  # written by the distill stage
+
+    (store,) = [p.parent for p in (tmp_path / "vllm" / "data" / "features").glob("*/manifest.json")]
+    dataset = load_distilled(tmp_path / "vllm" / "data")
+    hf = write_features(target, dataset, tmp_path / "hf", IDS)
+    assert json.loads((store / "manifest.json").read_text()) == hf  # layer ids, sizes, shards
+    rows, width = list(range(len(dataset))), max(map(len, dataset["input_ids"]))
+    (f_hf, last_hf), (f_vllm, last_vllm) = (FeatureStore(d).batch(rows, width) for d in (tmp_path / "hf", store))
+    # both are float32 forwards rounded to bf16: they differ by at most one bf16 step (2⁻⁸ relative)
+    assert torch.allclose(f_vllm, f_hf, rtol=2**-7, atol=1e-2), (f_vllm - f_hf).abs().max()
+    assert torch.allclose(last_vllm, last_hf, rtol=2**-7, atol=1e-2), (last_vllm - last_hf).abs().max()
+    assert not (store / ".vllm").exists()  # vLLM's per-request files are gone
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("a complete store must not start vLLM")
+
+    monkeypatch.setattr(vllm_features, "_Extractor", no_engine)
+    assert vllm_features.write_vllm_features(TARGET, load_target_heads(TARGET), dataset, store, IDS) == hf

@@ -17,7 +17,7 @@ from heads.vocab import build_draft_vocab
 from tests.conftest import REPO
 from train.config import PlanConfig, RunConfig, register_configs
 from train.known_targets import KNOWN_TARGETS
-from train.planner import PlanError, _state_bytes, plan_run, read_launch, target_config
+from train.planner import PlanError, _state_bytes, plan_run, read_launch, render_plan, target_config
 
 REAL_RECIPES = ["eagle_llama8b", "eagle_llama70b", "medusa_vicuna7b", "pard_llama8b", "dflash_llama8b"]
 
@@ -138,10 +138,6 @@ def test_dry_run_cli_writes_nothing_and_flags_a_misfit(tmp_path):
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "frozen target: sharded over 8 processes (ZeRO-3)" in ok.stdout
     assert "target_weights          16.4 GiB" in ok.stdout and "of 74.5 GiB: fits" in ok.stdout  # 131.4 GiB / 8
-    served = _dry_run(tmp_path, "drafter.features=vllm")
-    assert served.returncode == 0, served.stderr[-2000:]
-    assert "embeddings, final norm and lm_head only (features from vLLM)" in served.stdout
-    assert "written once by vLLM before training" in served.stdout and "fits" in served.stdout
     replicated = _dry_run(tmp_path, "plan.accelerate=ddp")
     assert replicated.returncode == 3
     assert "target_weights         131.4 GiB" in replicated.stdout and "DOES NOT FIT" in replicated.stdout
@@ -151,6 +147,21 @@ def test_dry_run_cli_writes_nothing_and_flags_a_misfit(tmp_path):
     assert (
         not any(p.is_file() for p in (tmp_path / "hf").rglob("*")) if (tmp_path / "hf").exists() else True
     )  # nothing downloaded
+
+
+def test_features_from_vllm_count_only_the_targets_heads(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    register_configs()
+    with initialize_config_module(config_module="conf", version_base=None):
+        overrides = ["recipe=eagle_llama70b", "drafter.features=vllm", "plan.accelerate=ddp"]
+        plan = plan_run(OmegaConf.to_object(compose("config", overrides=overrides)))
+    hidden, vocab = (KNOWN_TARGETS["meta-llama/Llama-3.3-70B-Instruct"][k] for k in ("hidden_size", "vocab_size"))
+    assert plan["memory_per_gpu"]["target_weights"] == (2 * vocab * hidden + hidden) * 2  # untied: embed, lm_head, norm
+    assert plan["fits"] and "target_gathered" not in plan["memory_per_gpu"]
+    text = render_plan(plan)
+    assert "embeddings, final norm and lm_head only (features from vLLM)" in text
+    assert "written once by vLLM before training" in text
 
 
 @pytest.mark.parametrize("accelerate", ["zero3", "fsdp"])
