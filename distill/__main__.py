@@ -10,6 +10,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from conf.cli import explained, run_cli
 from distill.config import DataConfig, TargetConfig
 from distill.errors import DistillError
 
@@ -28,21 +29,24 @@ ConfigStore.instance().store(name="distill_schema", node=DistillAppConfig)
 
 
 @hydra.main(config_path="pkg://conf", config_name="distill", version_base=None)
+@explained
 def main(cfg) -> None:
     import datasets
 
     datasets.disable_progress_bars()  # one bar per stage is ours; shard saves need none
+    from distill.lock import LockHeld, exclusive
     from distill.run import distill, merge_parts
     from distill.target import default_device
 
     app: DistillAppConfig = OmegaConf.to_object(cfg)
     try:
-        if app.merge:
-            manifest = merge_parts(app.merge, app.out_dir, app.target, app.data)
-        else:
-            device = default_device() if app.device == "auto" else app.device
-            manifest = distill(app.target, app.data, app.out_dir, device)
-    except DistillError as e:
+        with exclusive(app.out_dir, "distillation directory"):  # one job per directory
+            if app.merge:
+                manifest = merge_parts(app.merge, app.out_dir, app.target, app.data)
+            else:
+                device = default_device() if app.device == "auto" else app.device
+                manifest = distill(app.target, app.data, app.out_dir, device)
+    except (DistillError, LockHeld) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     if "of" in manifest:  # one job of a split distillation
@@ -55,4 +59,4 @@ def main(cfg) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

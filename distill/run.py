@@ -124,15 +124,23 @@ def distill(
 
 def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[dict], int]:
     """The prompts of data.prompts and data.mix, encoded, and how many were dropped as too long."""
-    examples, dropped = [], 0
+    examples, dropped, no_user = [], 0, 0
     for source in [PromptSource(data.prompts, data.split, data.max_prompts), *data.mix]:
         if not source.prompts:
             raise DistillError("every data.mix entry needs prompts=<file, dataset directory or HF dataset name>")
         conversations = load_conversations(
             source.prompts, source.split, toyworld_prompts(target.name_or_path, source.split)
         )
-        more, skipped = _encode(tokenizer, conversations, data, source.max_prompts, first_index=len(examples) + dropped)
-        examples, dropped = examples + more, dropped + skipped
+        more, skipped, userless = _encode(
+            tokenizer, conversations, data, source.max_prompts, first_index=len(examples) + dropped
+        )
+        examples, dropped, no_user = examples + more, dropped + skipped, no_user + userless
+    if not examples and no_user:
+        raise DistillError(
+            f"no usable prompt: {no_user} conversations have no user turn to answer"
+            f"{f' and {dropped - no_user} exceed data.max_prompt_tokens' if dropped > no_user else ''}; "
+            'give each {"messages": [...]} a {"role": "user", ...} message'
+        )
     if not examples:
         raise DistillError(f"no prompt fits data.max_prompt_tokens={data.max_prompt_tokens}; raise it")
     return examples, dropped
@@ -231,19 +239,20 @@ def _sampler(target: TargetConfig, data: DataConfig, tokenizer, device):
 
 def _encode(
     tokenizer, conversations, data: DataConfig, max_prompts: int, first_index: int = 0
-) -> tuple[list[dict], int]:
-    """Token ids per usable conversation, in file order, and the count dropped as too long.
+) -> tuple[list[dict], int, int]:
+    """Token ids per usable conversation, in file order; the count dropped (too long or no user turn) and,
+    of those, the count with no user turn.
 
     prompt_index counts from first_index, so indices stay unique across mixed sources.
     """
-    examples, dropped = [], 0
+    examples, dropped, no_user = [], 0, 0
     for index, messages in enumerate(conversations, first_index):
         if max_prompts and len(examples) >= max_prompts:
             break
         if data.regenerate:
             prompt = prompt_messages(messages)
             if not any(m["role"] == "user" for m in prompt):
-                dropped += 1
+                dropped, no_user = dropped + 1, no_user + 1
                 continue
             ids = encode_prompt(tokenizer, prompt)
             example = {"prompt_index": index, "prompt_ids": ids}
@@ -255,7 +264,7 @@ def _encode(
             dropped += 1
             continue
         examples.append(example)
-    return examples, dropped
+    return examples, dropped, no_user
 
 
 def _shard_rows(examples: list[dict], sampler, seed: int) -> dict[str, list]:

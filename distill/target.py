@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -56,6 +58,8 @@ def torch_dtype(name: str):
 
 def load_tokenizer(cfg: TargetConfig):
     path = resolve_target(cfg.name_or_path)
+    if path.startswith(("/", "./", "../", "~")) and not Path(path).expanduser().exists():
+        raise DistillError(f"target.name_or_path={path} does not exist; give a local HF model directory or a Hub id")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     except OSError as e:

@@ -17,6 +17,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from conf.cli import explained, run_cli
 from eval.config import EvalConfig
 from eval.errors import EvalError
 
@@ -62,6 +63,7 @@ def _chat_template(app: "EvalAppConfig", drafter: Path, tokenizer) -> None:
 
 
 @hydra.main(config_path="pkg://conf", config_name="eval", version_base=None)
+@explained
 def main(cfg) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -71,14 +73,31 @@ def main(cfg) -> None:
     from eval.run import evaluate
     from eval.served import served_hook, vllm_missing_reason
     from heads.errors import HeadsError
+    from heads.families import family_of_export
 
     app: EvalAppConfig = OmegaConf.to_object(cfg)
     app.eval.serve = app.serve or app.eval.serve
     try:
         drafter = Path(app.drafter_dir)
+        if not drafter.is_dir():
+            raise EvalError(f"drafter_dir={drafter} is not a directory; pass an exported drafter directory")
+        if not Path(app.prompts).is_file():
+            raise EvalError(f"prompts={app.prompts} does not exist; pass a JSONL file of {{'messages': [...]}} lines")
+        family_of_export(drafter)  # a directory no family reads is refused before the target loads
         target_name = app.target_path or _target_of(drafter)
         device = torch.device(app.device if app.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
-        tokenizer = AutoTokenizer.from_pretrained(target_name, trust_remote_code=app.trust_remote_code)
+        if target_name.startswith("toyworld:"):
+            raise EvalError(
+                f"target_path={target_name} is a python -m train alias; pass the toy world's directory "
+                "(drafthub.json's target.resolved)"
+            )
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(target_name, trust_remote_code=app.trust_remote_code)
+        except (OSError, ValueError) as e:
+            raise EvalError(
+                f"could not load the target {target_name!r} ({str(e).splitlines()[0]}); "
+                "pass target_path=<a local HF directory or a Hub id>"
+            ) from None
         _chat_template(app, drafter, tokenizer)
         target = (
             AutoModelForCausalLM.from_pretrained(
@@ -128,4 +147,4 @@ def main(cfg) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -6,6 +6,9 @@ import json
 import os
 import secrets
 from pathlib import Path
+from typing import Iterable
+
+from heads.formats.fingerprint import SAMPLES_FILE
 
 
 def _atomic_text(path: Path, text: str) -> None:
@@ -15,11 +18,23 @@ def _atomic_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_report(out_dir: str | Path, report: dict, samples: list[dict]) -> None:
+SAMPLES = SAMPLES_FILE  # also a provenance file of exports (bound by the report)
+
+
+def samples_jsonl(samples: Iterable[dict]) -> str:
+    """eval_samples.jsonl's text: one prompt per line (the report's samples_sha256 is over exactly this)."""
+    return "".join(json.dumps(s) + "\n" for s in samples)
+
+
+def read_samples(path: str | Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def write_report(out_dir: str | Path, report: dict, samples_text: str) -> None:
     """Write all eval artifacts into out_dir; eval_report.json last, as the completion marker."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_text(out / "eval_samples.jsonl", "".join(json.dumps(s) + "\n" for s in samples))
+    _atomic_text(out / SAMPLES, samples_text)
     _plot_acceptance(out / "acceptance.png", report["per_position_acceptance"])
     if report["gamma_sweep"]:
         _plot_sweep(out / "gamma_sweep.png", report["gamma_sweep"])

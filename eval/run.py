@@ -13,11 +13,12 @@ from typing import Callable, Optional
 import torch
 from tqdm.auto import tqdm
 
+from eval.claims import DIGEST, figures_digest, samples_digest
 from eval.config import EvalConfig
 from eval.errors import EvalError
 from eval.metrics import Tally, add_block_cost, decode_figures
 from eval.proposer import Proposer, begin_workload
-from eval.report import write_report
+from eval.report import samples_jsonl, write_report
 from eval.sampling import SamplingParams
 from eval.speculative import Acceptance, autoregressive_generate, speculative_generate
 
@@ -180,11 +181,13 @@ def evaluate(
     }
     if served is not None:
         report["served"] = served(prompts, ar.outputs, report)
+    outputs = spec[cfg.num_speculative_tokens].outputs
+    samples = samples_jsonl(
+        {"prompt_ids": p, "speculative_ids": s, "autoregressive_ids": a, "equal": s == a}
+        for p, s, a in zip(prompts, outputs, ar.outputs)
+    )
+    report["samples_sha256"] = samples_digest(samples)
+    report[DIGEST] = figures_digest(report)  # last: binds every figure above, the served verdict included
     if out_dir is not None:
-        outputs = spec[cfg.num_speculative_tokens].outputs
-        samples = [
-            {"prompt_ids": p, "speculative_ids": s, "autoregressive_ids": a, "equal": s == a}
-            for p, s, a in zip(prompts, outputs, ar.outputs)
-        ]
         write_report(out_dir, report, samples)
     return report

@@ -34,7 +34,7 @@ from heads.config import (
 )
 from heads.dflash import DFlashDrafter, check_dflash_settings, check_dflash_target
 from heads.draft_lm import DraftLM
-from heads.eagle import Eagle3Drafter
+from heads.eagle import Eagle3Drafter, eagle3_layer_ids
 from heads.eagle1 import Eagle1Drafter
 from heads.errors import HeadsError
 from heads.formats.dflash_export import load_dflash, write_dflash
@@ -186,6 +186,9 @@ def _nothing(export_dir: Path, summary: dict) -> dict:
 
 def _no_checks(settings) -> None:
     return None
+
+
+SIZE_KEYS = ("hidden_size", "n_embd", "d_model")  # a causal LM's width, under its architecture's own key
 
 
 def _is_causal_lm(config: dict) -> bool:
@@ -394,6 +397,7 @@ FAMILIES: dict[str, Family] = {
             load=lambda path, target: load_speculators(path),
             lint=load_speculators,
             vllm_method="eagle3",
+            check_target=lambda settings, target_config: eagle3_layer_ids(settings, target_config.num_hidden_layers),
             vllm_config=_model_dir,
             library="vllm",
             usage=card.eagle3_usage,
@@ -547,6 +551,17 @@ def family_of_export(path: str | Path) -> Family:
     if not config_file.is_file():
         raise HeadsError(f"{path} is not an exported drafter (no {CONFIG}); pass the drafter/ directory a run wrote")
     config = json.loads(config_file.read_text())
+    if "medusa_num_heads" in config and config.get("model_type") != "medusa":
+        raise HeadsError(
+            f"{path} holds Medusa heads in FasterDecoding/Medusa's original layout (medusa_num_heads, "
+            "medusa_lm_head.*), which drafthub does not convert yet; export the heads with drafthub's "
+            "Medusa recipe (python -m train recipe=toy_medusa) or in vLLM's Medusa format (model_type medusa)"
+        )
+    if _is_causal_lm(config) and not (set(SIZE_KEYS) & set(config) and "vocab_size" in config):
+        raise HeadsError(
+            f"{config_file} names {config['architectures']} but no model size ({'/'.join(SIZE_KEYS)} and vocab_size); "
+            "it would build the architecture's default-size model: save the drafter with save_pretrained"
+        )
     matches = [family for family in FAMILIES.values() if family.recognizes(config)]
     if len(matches) != 1:
         found = "no family" if not matches else f"several families ({[f.kind for f in matches]})"
@@ -568,16 +583,16 @@ def model_card(provenance: dict) -> str:
     )
 
 
-def write_provenance(export_dir: str | Path, provenance: dict) -> None:
-    """Add drafthub.json and the model card to an export directory (each file replaced atomically).
+def write_provenance(export_dir: str | Path, provenance: dict, samples_text: Optional[str] = None) -> None:
+    """Add drafthub.json, the model card and (given) the eval samples to an export directory, each atomically.
 
-    Neither file is read by a serving engine (heads.formats.fingerprint leaves them out of the
-    served-files hash), so adding them keeps the directory the served check ran byte for byte."""
+    No serving engine reads them (heads.formats.fingerprint leaves them out of the served-files
+    hash), so adding them keeps the directory the served check ran byte for byte."""
     root = Path(export_dir)
-    for name, text in (
-        (PROVENANCE_FILES[0], json.dumps(provenance, indent=2)),
-        (PROVENANCE_FILES[1], model_card(provenance)),
-    ):
+    files = [(PROVENANCE_FILES[0], json.dumps(provenance, indent=2)), (PROVENANCE_FILES[1], model_card(provenance))]
+    if samples_text is not None:
+        files.insert(0, (PROVENANCE_FILES[2], samples_text))  # first: drafthub.json's report binds it
+    for name, text in files:
         fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=root.parent)  # outside: a crash leaves no stray file inside
         with os.fdopen(fd, "w") as f:
             f.write(text)

@@ -130,6 +130,23 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world, monkeypat
     r = run("train", *SMALL, f"run_dir={tmp_path}/run", f"publish.hub_dir={tmp_path}/hub")
     assert r.returncode == 0
     assert (run_dir / "eval" / "eval_report.json").stat().st_mtime == mtime
+    # The finished run, made read-only, is re-read in place: every stage skipped, nothing written.
+    modes = {p: p.stat().st_mode for p in [run_dir, *run_dir.rglob("*")]}
+    for p in modes:
+        p.chmod(modes[p] & ~0o222)
+    try:
+        r = run("train", *SMALL, f"run_dir={tmp_path}/run", f"publish.hub_dir={tmp_path}/hub")
+    finally:
+        for p, mode in modes.items():
+            p.chmod(mode)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # A figure edited by hand in the run's report is refused at publish, and nothing is published.
+    forged = json.loads((run_dir / "eval" / "eval_report.json").read_text()) | {"tau": 4.9}
+    (run_dir / "eval" / "eval_report.json").write_text(json.dumps(forged))
+    (run_dir / "published.json").unlink()
+    r = run("train", *SMALL, "stages=[publish]", f"run_dir={tmp_path}/run", f"publish.hub_dir={tmp_path}/hub")
+    assert r.returncode == 2 and "its eval figures are not the ones eval measured" in r.stderr.strip().splitlines()[-1]
+    assert len(json.loads((tmp_path / "hub" / "index.json").read_text())["drafters"]) == 1
 
 
 @pytest.mark.slow
@@ -242,6 +259,11 @@ def test_toy_eagle_recipe_end_to_end(tmp_path, micro_world):
         and config["draft_vocab_size"] == 300
     )
     assert (drafter / "sglang" / "model.safetensors").exists()
+    # The verifier it names loads as it is (the toy world's directory, not the toyworld: alias).
+    from transformers import AutoConfig
+
+    verifier = config["speculators_config"]["verifier"]["name_or_path"]
+    assert AutoConfig.from_pretrained(verifier).hidden_size == config["target_hidden_size"]
     prov = json.loads((drafter / "drafthub.json").read_text())
     assert 0 < prov["draft_vocab"]["coverage"] <= 1
     report = json.loads((tmp_path / "run" / "eval" / "eval_report.json").read_text())

@@ -99,12 +99,20 @@ def test_a_forgotten_entry_stops_the_run_before_any_work(table, message, monkeyp
         (["drafter=medusa", "trainer.policy=on_policy"], "on_policy is not available for medusa drafters: its heads"),
         (["drafter=pard", "trainer.policy=on_policy"], "on_policy is not available for pard drafters: it drafts"),
         (["drafter=medusa", "trainer.loss=al"], r"trainer.loss=al is not implemented for medusa drafters"),
-        (["drafter=eagle3", "trainer.loss=tvd"], r"not implemented for eagle3 drafters; use one of \['fkl', 'al'\]"),
+        (
+            ["drafter=eagle3", "drafter.layer_ids=[0,1,2]", "trainer.loss=tvd"],
+            r"not implemented for eagle3 drafters; use one of \['fkl', 'al'\]",
+        ),
         (["trainer.policy=offpolicy"], "trainer.policy='offpolicy'"),
         (["trainer.policy=on_policy", "trainer.on_policy_fraction=0"], r"on_policy_fraction=0.0 must be in \(0, 1\]"),
         (["trainer.policy=on_policy", "trainer.loss=ce"], "trainer.loss=ce learns the sampled tokens"),
         (
-            ["drafter=eagle3", "trainer.policy=on_policy", "trainer.on_policy_rollout=answers"],
+            [
+                "drafter=eagle3",
+                "drafter.layer_ids=[0,1,2]",
+                "trainer.policy=on_policy",
+                "trainer.on_policy_rollout=answers",
+            ],
             r"on_policy_rollout='answers' is not available for eagle3 drafters; use one of \['chains'\]",
         ),
         (["data.source=web"], "data.source='web'; use one of"),
@@ -117,7 +125,8 @@ def test_a_loss_or_policy_the_family_lacks_is_refused_before_any_work(overrides,
     with pytest.raises(Exception, match=message):
         check_run(OmegaConf.to_object(_compose("target=micro", *overrides)))
     for kind in ("draft_lm", "eagle3"):  # the families with an on-policy objective pass
-        check_run(OmegaConf.to_object(_compose("target=micro", f"drafter={kind}", "trainer.policy=on_policy")))
+        layers = ["drafter.layer_ids=[0,1,2]"] if kind == "eagle3" else []  # the 2-layer micro target's
+        check_run(OmegaConf.to_object(_compose("target=micro", f"drafter={kind}", "trainer.policy=on_policy", *layers)))
     answers = ["trainer.policy=on_policy", "trainer.on_policy_rollout=answers"]  # DistillSpec's whole answers
     check_run(OmegaConf.to_object(_compose("target=micro", *answers)))
 

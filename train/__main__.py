@@ -6,17 +6,20 @@ import sys
 
 import hydra
 
+from conf.cli import explained, run_cli
 from train.config import register_configs
 
 register_configs()
 
 
 @hydra.main(config_path="pkg://conf", config_name="config", version_base=None)
+@explained
 def main(cfg) -> None:
     import datasets
 
     datasets.disable_progress_bars()  # one bar per stage is ours; shard saves need none
     from distill.errors import DistillError
+    from distill.lock import LockHeld
     from eval.errors import EvalError
     from heads.errors import HeadsError
     from train.pipeline import PipelineError, run_pipeline
@@ -25,7 +28,7 @@ def main(cfg) -> None:
 
     try:
         results = run_pipeline(cfg)
-    except (DistillError, EvalError, HeadsError, PipelineError, PlanError, PublishError) as e:
+    except (DistillError, EvalError, HeadsError, LockHeld, PipelineError, PlanError, PublishError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     if results.get("plan", {}).get("fits") is False:
@@ -33,4 +36,4 @@ def main(cfg) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

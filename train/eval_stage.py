@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from distill.prompts import load_conversations
 from distill.target import eos_token_ids, load_target, load_tokenizer, resolve_target, toyworld_prompts
+from eval.claims import DIGEST, figures_digest
 from eval.prompts import prompt_ids
 from eval.proposers import load_proposer
 from eval.run import evaluate
@@ -29,7 +30,11 @@ def export_drafter(run: Run, family: Family, tokenizer, target) -> str:
         checkpoint=paths.final if family.trainable else None,
         settings=cfg.drafter,
         tokenizer=tokenizer,
-        verifier={"name_or_path": cfg.target.name_or_path, "architectures": list(target.config.architectures or [])},
+        # a verifier other tools load: the toy world's directory, not its alias (the revision is in drafthub.json)
+        verifier={
+            "name_or_path": resolve_target(cfg.target.name_or_path),
+            "architectures": list(target.config.architectures or []),
+        },
         num_speculative_tokens=cfg.eval.num_speculative_tokens,
         skip=(SUMMARY,),
     )
@@ -101,6 +106,8 @@ def _still_valid(report: dict, run: Run, family: Family) -> bool:
     paths = run.paths
     if report.get("stage_hash") != run.stage_hash or not report.get("export_sha256") or not paths.drafter.is_dir():
         return False
+    if report.get(DIGEST) != figures_digest(report):
+        return False  # edited by hand (or older than figure digests): measure again rather than pass it on
     if report["export_sha256"] != served_files_hash(paths.drafter):
         return False
     return not family.trainable or report.get("checkpoint_sha256") == served_files_hash(paths.final)

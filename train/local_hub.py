@@ -5,8 +5,9 @@ Layout (`--hub-dir PATH`):
     PATH/index.html                   a static catalog rendered from index.json, grouped by target
     PATH/<target>/<model_name>/v<N>/  one immutable version per publish (the drafter directory)
 
-Each version is copied into a temporary sibling and renamed into place, and index.json/index.html
-are replaced atomically, so a crash leaves either the old registry or the new one.
+One publish at a time holds the registry's lock. Each version is copied into a temporary sibling and
+renamed into place, then index.json/index.html are replaced atomically; a kill in between leaves a
+version the index lacks, which the next publish indexes (repair), so no version is ever lost.
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
+from distill.lock import exclusive
 from distill.shards import atomic_write_text
 from train.publish import PublishError, check_publishable
 
 INDEX = "index.json"
+LOCK_WAIT_SECONDS = 600.0  # a racing publish waits this long for the one ahead of it (copies can be large)
 
 
 def _slug(name: str) -> str:
@@ -36,32 +40,14 @@ def read_index(hub_dir: str | Path) -> list[dict]:
     return json.loads(path.read_text())["drafters"] if path.exists() else []
 
 
-def publish_local(
-    drafter_dir: str | Path, hub_dir: str | Path, min_tau: Optional[float] = None, *, gated: Optional[dict] = None
-) -> dict:
-    """Gate, then add `drafter_dir` to the registry as the next version of its model; return its index entry.
-
-    `gated`: the provenance the caller has just passed through train.publish.gate (the publish stage)."""
-    prov = gated if gated is not None else check_publishable(drafter_dir, min_tau)
-    hub = Path(hub_dir)
-    hub.mkdir(parents=True, exist_ok=True)
-    target = prov["target"]["name_or_path"]
-    model = prov.get("model_name") or Path(drafter_dir).name
-    base = hub / _slug(target) / _slug(model)
-    base.mkdir(parents=True, exist_ok=True)
-    version = 1 + max((int(p.name[1:]) for p in base.glob("v*") if p.name[1:].isdigit()), default=0)
-    dest = base / f"v{version}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".v{version}-", dir=base))
-    try:
-        shutil.copytree(drafter_dir, tmp, dirs_exist_ok=True)
-        os.replace(tmp, dest)  # fails if another publish took this version meanwhile: nothing is overwritten
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    ev, served = prov["eval"], prov["eval"].get("served")
-    entry = {
-        "target": target,
-        "model_name": model,
-        "version": version,
+def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
+    """The index row of one version directory, from its gated provenance."""
+    ev = prov["eval"]
+    served = ev.get("served")
+    return {
+        "target": prov["target"]["name_or_path"],
+        "model_name": prov.get("model_name") or dest.parent.name,
+        "version": int(dest.name[1:]),
         "kind": prov.get("kind"),
         "tau": ev["tau"],
         "alpha": ev.get("alpha"),
@@ -77,11 +63,74 @@ def publish_local(
         "size_bytes": sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()),
         "path": dest.relative_to(hub).as_posix(),
         "export_sha256": prov.get("export_sha256"),
-        "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "published": published,
     }
-    drafters = read_index(hub) + [entry]
-    atomic_write_text(hub / INDEX, json.dumps({"drafters": drafters}, indent=2))
-    atomic_write_text(hub / "index.html", render_catalog(drafters))
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _version_dirs(hub: Path) -> list[Path]:
+    return sorted(p for p in hub.glob("*/*/v*") if p.is_dir() and p.name[1:].isdigit())
+
+
+def repair(hub: Path) -> list[dict]:
+    """The index made consistent with the versions on disk, after whatever a killed publish left (call locked).
+
+    A kill can leave a staging directory (`.vN-*`), a temporary index file, or a version renamed into
+    place but not yet indexed; the first two are removed, the last is indexed (it passed the gate
+    before it was renamed). Returns the index rows."""
+    for debris in [*hub.glob("*/*/.v*-*"), *hub.glob(".*.tmp")]:
+        print(f"[registry] removing {debris.relative_to(hub)}, left by an interrupted publish", file=sys.stderr)
+        shutil.rmtree(debris) if debris.is_dir() else debris.unlink()
+    rows = [d for d in read_index(hub) if (hub / d["path"]).is_dir()]
+    indexed = {d["path"] for d in rows}
+    for version in _version_dirs(hub):
+        if version.relative_to(hub).as_posix() not in indexed:
+            prov = json.loads((version / "drafthub.json").read_text())
+            published = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(version.stat().st_mtime))
+            rows.append(_entry(prov, version, hub, published))
+            print(f"[registry] indexing {version.relative_to(hub)}, published by an interrupted run", file=sys.stderr)
+    if rows != read_index(hub):
+        _write_index(hub, rows)
+    return rows
+
+
+def _write_index(hub: Path, rows: list[dict]) -> None:
+    atomic_write_text(hub / INDEX, json.dumps({"drafters": rows}, indent=2))
+    atomic_write_text(hub / "index.html", render_catalog(rows))
+
+
+def _before_index() -> None:
+    """Test hook: runs between a version's rename into place and the index update (the window a kill hits)."""
+
+
+def publish_local(
+    drafter_dir: str | Path, hub_dir: str | Path, min_tau: Optional[float] = None, *, gated: Optional[dict] = None
+) -> dict:
+    """Gate, then add `drafter_dir` to the registry as the next version of its model; return its index entry.
+
+    One writer at a time (the registry's lock; others wait up to LOCK_WAIT_SECONDS), so racing
+    publishes each get their own version and index row. `gated`: the provenance the caller has just
+    passed through train.publish.gate (the publish stage)."""
+    prov = gated if gated is not None else check_publishable(drafter_dir, min_tau)
+    hub = Path(hub_dir)
+    with exclusive(hub, "registry", wait_seconds=LOCK_WAIT_SECONDS):
+        rows = repair(hub)
+        base = hub / _slug(prov["target"]["name_or_path"]) / _slug(prov.get("model_name") or Path(drafter_dir).name)
+        base.mkdir(parents=True, exist_ok=True)
+        version = 1 + max((int(p.name[1:]) for p in base.glob("v*") if p.name[1:].isdigit()), default=0)
+        dest = base / f"v{version}"
+        tmp = Path(tempfile.mkdtemp(prefix=f".v{version}-", dir=base))
+        try:
+            shutil.copytree(drafter_dir, tmp, dirs_exist_ok=True)
+            os.replace(tmp, dest)  # complete or absent; an unindexed one is indexed by the next repair()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _before_index()
+        entry = _entry(prov, dest, hub, _now())
+        _write_index(hub, rows + [entry])
     return entry
 
 

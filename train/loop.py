@@ -6,7 +6,6 @@ forward → loss → backward → step → log → save, in one place; the objec
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 
@@ -211,8 +210,8 @@ def train_loop(
                 keep_best(accelerator, model, select, ckpt_dir, done)
         if stop_after is not None and done >= stop_after:
             return metrics, model
-    if not metrics and start >= cfg.max_steps:
-        metrics = {"loss": math.nan}
+    if not metrics and start >= cfg.max_steps:  # killed after the last checkpoint: its logged figures stand
+        metrics = last_logged(ckpt_dir, start)
     for tracker in accelerator.trackers:  # not end_training(): it would also end the process group
         tracker.finish()
     return metrics, model
@@ -226,6 +225,13 @@ def append_log(ckpt_dir: Path, step: int, metrics: dict) -> None:
     """One JSON line per logged step: the loss curve without any tracker installed."""
     with open(Path(ckpt_dir) / TRAIN_LOG, "a") as f:
         f.write(json.dumps({"step": step} | metrics) + "\n")
+
+
+def last_logged(ckpt_dir: Path, step: int) -> dict:
+    """The metrics logged at `step` (log.jsonl), {} if that step was not logged."""
+    path = Path(ckpt_dir) / TRAIN_LOG
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return next(({k: v for k, v in r.items() if k != "step"} for r in rows if r["step"] == step), {})
 
 
 def truncate_log(ckpt_dir: Path, start: int) -> None:

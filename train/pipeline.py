@@ -13,11 +13,13 @@ import hashlib
 import json
 import os
 import time
+from contextlib import nullcontext
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from distill.config import output_settings
+from distill.lock import exclusive
 from distill.run import config_hash as distill_hash
 from distill.run import distill
 from distill.shards import atomic_write_text, load_distilled
@@ -29,7 +31,7 @@ from train.errors import PipelineError
 from train.eval_stage import eval_stage
 from train.preflight import check_run
 from train.publish_stage import publish_stage
-from train.run_dir import RunPaths, resolve_run_dir
+from train.run_dir import RunPaths, clean_debris, resolve_run_dir
 from train.setup_base import vllm_store
 from train.setups import training_setup
 from train.stage import Run
@@ -96,8 +98,18 @@ def run_pipeline(config) -> dict:
         return {"plan": plan}
     cfg_dict = OmegaConf.to_container(dict_config, resolve=True)
     paths = RunPaths(resolve_run_dir(cfg, cfg_dict))
-    paths.config.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(paths.config, OmegaConf.to_yaml(dict_config))
+    # One run per directory: the main process holds the lock (launched peers are the same run).
+    with exclusive(paths.root, "run directory") if _main_process() else nullcontext():
+        return _run_stages(cfg, cfg_dict, dict_config, paths)
+
+
+def _run_stages(cfg: RunConfig, cfg_dict: dict, dict_config: DictConfig, paths: RunPaths) -> dict:
+    if _main_process():
+        clean_debris(paths.root)
+    config_text = OmegaConf.to_yaml(dict_config)
+    if not paths.config.exists() or paths.config.read_text() != config_text:  # a finished run re-read writes nothing
+        paths.config.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(paths.config, config_text)
     print(f"run directory: {paths.root}")
     device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     if cfg.bakeoff.recipes:

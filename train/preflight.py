@@ -4,6 +4,8 @@ stage touches the disk, the network or an engine."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from distill.config import DATA_SOURCES
 from eval.proposers import check_eval_settings
 from eval.served import vllm_missing_reason
@@ -21,6 +23,8 @@ def check_run(cfg: RunConfig) -> None:
     if unknown:
         raise PipelineError(f"unknown stage(s) {unknown}; stages are {list(STAGES)}")
     family = get_family(cfg.drafter.kind)  # an unknown kind fails here, naming the known ones
+    _check_sizes(cfg)
+    _check_files(cfg)
     family.check(cfg.drafter)
     _check_against_target(family, cfg)
     if cfg.data.num_shards > 1 and set(cfg.stages) - {"distill"}:
@@ -51,6 +55,53 @@ def check_run(cfg: RunConfig) -> None:
         raise PipelineError(f"eval.serve=vllm: vLLM does not serve {family.kind} drafters; set eval.serve=null")
     if cfg.eval.serve and family.serve_missing():
         raise PipelineError(f"eval.serve=vllm: {family.serve_missing()}, or set eval.serve=null")
+
+
+PRECISIONS = ("auto", "no", "bf16", "fp16")
+
+
+def _check_sizes(cfg: RunConfig) -> None:
+    """Counts and sizes that would fail (or silently do nothing) only once a stage runs."""
+    t, d, e = cfg.trainer, cfg.data, cfg.eval
+    at_least_one = {
+        "trainer.batch_size": t.batch_size,
+        "trainer.grad_accum": t.grad_accum,
+        "trainer.save_every": t.save_every,
+        "trainer.log_every": t.log_every,
+        "trainer.keep_last": t.keep_last,
+        "trainer.max_seq_len": t.max_seq_len,
+        "data.batch_size": d.batch_size,
+        "data.shard_size": d.shard_size,
+        "data.max_prompt_tokens": d.max_prompt_tokens,
+        "data.sampling.max_new_tokens": d.sampling.max_new_tokens,
+        "eval.num_prompts": e.num_prompts,
+        "eval.max_new_tokens": e.max_new_tokens,
+        "eval.batch_size": e.batch_size,
+        "eval.num_speculative_tokens": e.num_speculative_tokens,
+        **{f"eval.gamma_sweep[{i}]": g for i, g in enumerate(e.gamma_sweep)},
+    }
+    for key, value in at_least_one.items():
+        if value < 1:
+            raise PipelineError(f"{key}={value} must be at least 1")
+    for key, value in {
+        "trainer.max_steps": t.max_steps,
+        "trainer.warmup_steps": t.warmup_steps,
+        "data.max_prompts": d.max_prompts,
+        "eval.warmup_prompts": e.warmup_prompts,
+    }.items():
+        if value < 0:
+            raise PipelineError(f"{key}={value} must be 0 or more")
+    if not t.lr > 0:
+        raise PipelineError(f"trainer.lr={t.lr} must be positive")
+    if t.mixed_precision not in PRECISIONS:
+        raise PipelineError(f"trainer.mixed_precision={t.mixed_precision!r}; use one of {list(PRECISIONS)}")
+
+
+def _check_files(cfg: RunConfig) -> None:
+    """Prompt files named by path must exist (a name that is no file is a dataset id, checked when loaded)."""
+    for key, value in (("data.prompts", cfg.data.prompts), ("eval_prompts", cfg.eval_prompts)):
+        if value and value.endswith((".jsonl", ".json", ".parquet")) and not Path(value).exists():
+            raise PipelineError(f"{key}={value} does not exist; give the path of a prompts file")
 
 
 def _check_against_target(family, cfg: RunConfig) -> None:

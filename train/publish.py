@@ -1,9 +1,11 @@
 """The publish gate and the Hugging Face Hub upload, shared by the publish stage and scripts/push_to_hub.py.
 
 A drafter leaves the machine only when its own `drafthub.json` proves it: an eval report exists,
-it was measured on exactly these files (the export hash the eval stage recorded still matches),
-it was lossless, it reached the recipe's `min_tau`, the format checks pass, and — where a served
-check ran — vLLM agreed. Every refusal is one `PublishError` line naming the fix.
+its figures are the ones eval measured (their digest, eval/claims.py) and agree with each other and
+with the samples beside them, it was measured on exactly these files (the export hash inside the
+report still matches), it was lossless, it reached the recipe's `min_tau`, the format checks pass,
+and — where a served check ran — vLLM agreed. `--verify` (train/claim_check.py) re-measures τ on
+top. Every refusal is one `PublishError` line naming the fix.
 
 The Hub token is never read here: huggingface_hub takes it from HF_TOKEN or the saved login, and
 nothing of ours prints or stores it.
@@ -15,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from eval.claims import DIGEST, figures_digest, inconsistencies, samples_digest
+from eval.report import SAMPLES, read_samples
 from heads.families import get_family
 from heads.formats.fingerprint import served_files_hash
 
@@ -25,6 +29,8 @@ class PublishError(ValueError):
 
 def read_provenance(drafter_dir: str | Path) -> dict:
     path = Path(drafter_dir) / "drafthub.json"
+    if not Path(drafter_dir).is_dir():
+        raise PublishError(f"{drafter_dir} is not a directory; pass an exported drafter directory")
     if not path.exists():
         raise PublishError(
             f"{drafter_dir} has no drafthub.json; publish drafters exported by `python -m train` (its publish stage)"
@@ -44,10 +50,36 @@ def _check_format(drafter_dir: Path, kind: str) -> None:
         ) from None
 
 
-def check_report(report: Optional[dict], min_tau: float, name: str) -> None:
-    """Refuse a missing, lossy, below-bar or served-broken eval report of drafter `name`."""
+def check_report(report: Optional[dict], min_tau: float, name: str, samples_path: Optional[Path] = None) -> None:
+    """Refuse a missing, edited, inconsistent, lossy, below-bar or served-broken eval report of drafter `name`.
+
+    Args:
+        samples_path: eval_samples.jsonl beside the report, where at hand: bound by the report's
+            samples_sha256 and checked against its lossless claim.
+    """
     if not report or "tau" not in report:
         raise PublishError(f"refusing to publish {name}: no eval report; run the eval stage, then publish")
+    if report.get(DIGEST) != figures_digest(report):
+        raise PublishError(
+            f"refusing to publish {name}: its eval figures are not the ones eval measured (the {DIGEST} over them "
+            "does not match: edited or from an older drafthub); re-run eval on this drafter, then publish"
+        )
+    samples = None
+    if samples_path is not None and samples_path.exists():
+        text = samples_path.read_text()
+        if samples_digest(text) != report.get("samples_sha256"):
+            raise PublishError(
+                f"refusing to publish {name}: {samples_path} is not the samples file eval wrote with this report; "
+                "re-run eval, then publish"
+            )
+        samples = read_samples(samples_path)
+    problems = inconsistencies(report, samples)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise PublishError(
+            f"refusing to publish {name}: its eval figures contradict each other: {problems[0]}{more}; "
+            "re-run eval, then publish"
+        )
     if report.get("lossless") is False:
         raise PublishError(
             f"refusing to publish {name}: speculative output differed from the target's on "
@@ -74,7 +106,10 @@ def gate(provenance: dict, drafter_dir: str | Path, min_tau: Optional[float] = N
         min_tau: the bar; None = the recipe's publish.min_tau recorded in the provenance.
     """
     d = Path(drafter_dir)
-    if provenance.get("export_sha256") != served_files_hash(d):
+    report = provenance.get("eval")
+    if not report or "tau" not in report:
+        raise PublishError(f"refusing to publish {d}: no eval report; run the eval stage or python -m eval first")
+    if report.get("export_sha256") != served_files_hash(d):
         raise PublishError(
             f"refusing to publish {d}: its files are not the ones evaluated (stale eval report: the export hash in "
             "drafthub.json does not match); re-run eval and publish on this checkpoint"
@@ -82,7 +117,7 @@ def gate(provenance: dict, drafter_dir: str | Path, min_tau: Optional[float] = N
     bar = (
         min_tau if min_tau is not None else ((provenance.get("recipe") or {}).get("publish") or {}).get("min_tau", 1.0)
     )
-    check_report(provenance.get("eval"), bar, str(d))
+    check_report(report, bar, str(d), d / SAMPLES)
     if "kind" not in provenance:
         raise PublishError(f"refusing to publish {d}: drafthub.json names no drafter kind; re-run the publish stage")
     _check_format(d, provenance["kind"])

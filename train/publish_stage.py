@@ -10,6 +10,7 @@ import time
 from distill.chat import tokenizer_hash
 from distill.shards import atomic_write_text
 from distill.target import load_tokenizer, resolve_target
+from eval.report import SAMPLES
 from heads.families import get_family, write_provenance
 from heads.formats.fingerprint import served_files_hash
 from train.eval_stage import REPORT
@@ -36,8 +37,8 @@ def provenance(run: Run, report: dict) -> dict:
         "data_manifest_hash": manifest.get("config_hash"),
         "training_data": summary.get("training_data"),  # size, source and policy behind the τ (None: untrained)
         "recipe": run.cfg_dict,
-        "eval": {k: v for k, v in report.items() if k != "stage_hash"},
-        "export_sha256": report["export_sha256"],  # what push_to_hub checks the files against
+        "eval": report,  # whole: its figures_sha256 binds every field, the export hash the gate checks included
+        "export_sha256": report["export_sha256"],
         **family.describe(paths.drafter, summary),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -56,8 +57,10 @@ def publish_stage(run: Run) -> dict:
             f"refusing to publish: {paths.final} changed after it was evaluated (stale eval report); "
             "re-run stages=[eval,publish]"
         )
-    prov = gate(provenance(run, report), paths.drafter, cfg.publish.min_tau)  # stale export, report, format checks
-    write_provenance(paths.drafter, prov)
+    samples = paths.eval / SAMPLES
+    check_report(report, cfg.publish.min_tau, str(paths.drafter), samples)  # the samples, where eval wrote them
+    prov = gate(provenance(run, report), paths.drafter, cfg.publish.min_tau)  # stale export, format checks
+    write_provenance(paths.drafter, prov, samples.read_text())  # the evidence travels with the drafter
     record = {"stage_hash": run.stage_hash, "registry": None, "hub": None}
     if cfg.publish.hub_dir:
         entry = publish_local(paths.drafter, cfg.publish.hub_dir, gated=prov)

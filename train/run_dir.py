@@ -6,6 +6,9 @@ runs/<recipe>/<timestamp>/  .hydra/config.yaml  data/  checkpoints/  drafter/  e
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +55,30 @@ class RunPaths:
     def published(self) -> Path:
         """The publish stage's record, written last: the stage is done only once copies and uploads are."""
         return self.root / "published.json"
+
+
+_STAGING = re.compile(r"^\.(?P<name>.+)-(?:old|[a-z0-9_]{8})$")  # heads.formats.staging's and mkdtemp's names
+
+
+def clean_debris(root: Path) -> None:
+    """Remove what killed writes left in a run directory (call with the run's lock held: no writer is live).
+
+    Temporary files and staging directories go; a `.X-old` directory whose `X` is missing (a kill between
+    the two renames of a directory swap) is the last complete `X` and is put back."""
+    if not root.is_dir() or not os.access(root, os.W_OK):
+        return
+    for path in sorted(root.rglob(".*"), key=lambda p: -len(p.parts)):
+        name, staged = path.name, _STAGING.match(path.name)
+        if name.startswith(".tmp-") or name.endswith((".tmp", ".tmp.png")):
+            pass
+        elif staged and path.is_dir() and name.endswith("-old") and not (path.parent / staged["name"]).exists():
+            os.replace(path, path.parent / staged["name"])
+            print(f"[run] restored {path.parent / staged['name']} from {name}, left by an interrupted swap")
+            continue
+        elif not (staged and path.is_dir()):
+            continue
+        print(f"[run] removing {path.relative_to(root)}, left by an interrupted write")
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def read_json(path: Path) -> dict | None:

@@ -2,7 +2,8 @@
 
 The served check records it, and publishing compares it with the directory it is about to
 publish, so what was served is byte for byte what goes out. The provenance files (drafthub.json,
-README.md) carry the eval figures themselves, are not read by any engine, and are left out.
+README.md, and eval_samples.jsonl, the evidence behind the lossless claim) carry the eval figures
+themselves, are not read by any engine, and are left out.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-PROVENANCE_FILES = ("drafthub.json", "README.md")
+SAMPLES_FILE = "eval_samples.jsonl"
+PROVENANCE_FILES = ("drafthub.json", "README.md", SAMPLES_FILE)
 
 
 def served_files_hash(export_dir: str | Path) -> str:

@@ -8,9 +8,10 @@ from train.loop import build_accelerator, train_loop
 
 
 def run_loop(tmp: Path, cfg: TrainerConfig, drafter, objective, dataset, pad_token_id: int, *, stop_after=None):
-    """Train in `tmp` (resuming from `tmp/ckpt` when `cfg.resume`); the drafter's weights and the log text."""
+    """Train in `tmp` (resuming from `tmp/ckpt` when `cfg.resume`); the drafter's weights, the log text and the
+    metrics the loop returned."""
     acc = build_accelerator(cfg, tmp)
-    train_loop(
+    metrics, _ = train_loop(
         acc,
         cfg,
         drafter,
@@ -21,4 +22,4 @@ def run_loop(tmp: Path, cfg: TrainerConfig, drafter, objective, dataset, pad_tok
         config_dict={"max_steps": cfg.max_steps},
         stop_after=stop_after,
     )
-    return acc.unwrap_model(drafter).state_dict(), (tmp / "ckpt" / "log.jsonl").read_text()
+    return acc.unwrap_model(drafter).state_dict(), (tmp / "ckpt" / "log.jsonl").read_text(), metrics

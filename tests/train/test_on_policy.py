@@ -212,9 +212,9 @@ def _train(tmp, dataset, target, tokenizer, kind, *, stop_after=None):
 
 @pytest.mark.parametrize("kind", ["draft_lm", "draft_lm_answers", "eagle3"])
 def test_resumed_on_policy_training_ends_with_the_same_weights(tmp_path, dataset, target, tokenizer, kind):
-    straight, log = _train(tmp_path / "a", dataset, target, tokenizer, kind)
+    straight, log, _ = _train(tmp_path / "a", dataset, target, tokenizer, kind)
     _train(tmp_path / "b", dataset, target, tokenizer, kind, stop_after=4)  # killed after step 4; checkpoint: 3
-    resumed, resumed_log = _train(tmp_path / "b", dataset, target, tokenizer, kind)
+    resumed, resumed_log, _ = _train(tmp_path / "b", dataset, target, tokenizer, kind)
     for k in straight:
         torch.testing.assert_close(straight[k], resumed[k], rtol=0, atol=0, msg=k)
     assert resumed_log == log

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from eval.claims import DIGEST, figures_digest, samples_digest
+from eval.report import samples_jsonl
 from heads.config import DraftLMConfig
 from heads.draft_lm import DraftLM
 from heads.families import write_provenance
@@ -32,41 +34,77 @@ SERVED = {
     "verdict": "ok",
     "reason": "within tolerance",
 }
-REPORT = {
-    "tau": 2.5,
-    "alpha": 0.4,
-    "speedup": 1.3,
-    "lossless": True,
-    "lossless_prompts": 4,
-    "settings": {"num_prompts": 4},
-}
 
 
-def _published(path, target, tokenizer, report=None, model_name="toy-draft", min_tau=1.0):
-    """A drafter directory as the publish stage writes it (drafthub.json with its export hash)."""
+def _report(export_sha256, tau=2.5, equal=4, served=None, num_prompts=4, gamma=4, steps=100):
+    """A consistent eval report (counters, figures, digest) and its samples text, as eval writes them."""
+    accepted = round((tau - 1) * steps)
+    mean = accepted / steps
+    samples = samples_jsonl(
+        {
+            "prompt_ids": [1, i],
+            "speculative_ids": [5, i],
+            "autoregressive_ids": [5, i if i < equal else -1],
+            "equal": i < equal,
+        }
+        for i in range(num_prompts)
+    )
+    report = {
+        "target": "toyworld:micro",
+        "kind": "draft_lm",
+        "export_sha256": export_sha256,
+        "tau": tau,
+        "alpha": accepted / (gamma * steps),
+        "per_position_acceptance": [min(1.0, max(0.0, mean - i)) for i in range(gamma)],
+        "speedup": 1.3,
+        "tokens_per_second": {"speculative": 130.0, "autoregressive": 100.0},
+        "steps": steps,
+        "drafting_steps": steps,
+        "proposed_draft_tokens": gamma * steps,
+        "accepted_draft_tokens": accepted,
+        "lossless": equal == num_prompts,
+        "lossless_prompts": equal,
+        "acceptance_rule": "greedy",
+        "gamma_sweep": [],
+        "settings": {"num_prompts": num_prompts, "num_speculative_tokens": gamma, "tree": None},
+        "samples_sha256": samples_digest(samples),
+        **({"served": served} if served else {}),
+    }
+    return {**report, DIGEST: figures_digest(report)}, samples
+
+
+def _published(path, target, tokenizer, model_name="toy-draft", min_tau=1.0, **report):
+    """A drafter directory as the publish stage writes it (drafthub.json with its bound eval report, samples)."""
     torch.manual_seed(0)
     drafter = DraftLM.from_config(
         DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1),
         target.config,
         tokenizer,
     )
+    out = export(drafter, path, tokenizer=tokenizer)
+    figures, samples = _report(served_files_hash(out), **report)
     prov = {
         "kind": "draft_lm",
         "model_name": model_name,
         "target": {"name_or_path": "toyworld:micro"},
         "recipe": {"recipe_name": "t", "publish": {"min_tau": min_tau}},
-        "eval": report or REPORT,
+        "eval": figures,
         "stage_hash": "0123456789abcdef",
         "created": "2026-11-22T10:00:00Z",
+        "export_sha256": figures["export_sha256"],
     }
-    out = export(drafter, path, tokenizer=tokenizer)
-    write_provenance(out, {**prov, "export_sha256": served_files_hash(out)})
+    write_provenance(out, prov, samples)
     return out
 
 
-def _rehash(d):
+def _edit(d, rebind=False, **changes):
+    """Edit eval figures in drafthub.json by hand; rebind=True also recomputes their digest (a forger's move)."""
     prov = json.loads((d / "drafthub.json").read_text())
-    (d / "drafthub.json").write_text(json.dumps({**prov, "export_sha256": served_files_hash(d)}))
+    figures = {**prov["eval"], **changes}
+    if rebind:
+        figures[DIGEST] = figures_digest(figures)
+    (d / "drafthub.json").write_text(json.dumps({**prov, "eval": figures}))
+    return d
 
 
 def _refusals(tmp_path, target, tokenizer):
@@ -81,26 +119,46 @@ def _refusals(tmp_path, target, tokenizer):
     prov = json.loads((d / "drafthub.json").read_text())
     (d / "drafthub.json").write_text(json.dumps({**prov, "eval": None}))
     cases.append(("missing report", d, "no eval report"))
-    cases.append(
-        (
-            "not lossless",
-            _published(tmp_path / "lossy", target, tokenizer, {**REPORT, "lossless": False, "lossless_prompts": 3}),
-            "not lossless",
-        )
-    )
+    cases.append(("not lossless", _published(tmp_path / "lossy", target, tokenizer, equal=3), "not lossless"))
     cases.append(("below min_tau", _published(tmp_path / "weak", target, tokenizer, min_tau=3.0), "below min_tau=3.0"))
     served = {**SERVED, "tau": 1.2, "verdict": "broken", "reason": "served τ 1.2 vs ours 2.5"}
     cases.append(
         (
             "served check failed",
-            _published(tmp_path / "served", target, tokenizer, {**REPORT, "served": served}),
+            _published(tmp_path / "served", target, tokenizer, served=served),
             "the served check failed (served τ 1.2 vs ours 2.5)",
         )
     )
     d = _published(tmp_path / "format", target, tokenizer)
     (d / "model.safetensors").write_bytes(b"not a safetensors file")
-    _rehash(d)  # hashed after the damage: only the format check can catch it
+    prov = json.loads((d / "drafthub.json").read_text())
+    _edit(d, rebind=True, export_sha256=served_files_hash(d))  # hashed after the damage: only the format check can
     cases.append(("format check", d, "does not pass its format checks"))
+    # Forged figures: edited by hand (the digest breaks), or edited with the digest recomputed (the figures
+    # contradict each other), or the samples behind the lossless claim edited.
+    not_measured = "its eval figures are not the ones eval measured"
+    cases.append(("edited τ", _edit(_published(tmp_path / "f1", target, tokenizer), tau=9.9), not_measured))
+    cases.append(("edited speed-up", _edit(_published(tmp_path / "f2", target, tokenizer), speedup=5.0), not_measured))
+    lossy = _published(tmp_path / "f3", target, tokenizer, equal=3)
+    cases.append(("edited lossless flag", _edit(lossy, lossless=True, lossless_prompts=4), not_measured))
+    broken = _published(tmp_path / "f4", target, tokenizer, served={**SERVED, "verdict": "broken", "reason": "x"})
+    cases.append(("edited served verdict", _edit(broken, served=SERVED), not_measured))
+    d = _edit(_published(tmp_path / "f5", target, tokenizer), rebind=True, tau=9.9)
+    cases.append(("impossible τ, digest recomputed", d, "τ 9.900 exceeds γ + 1 = 5"))
+    d = _edit(_published(tmp_path / "f6", target, tokenizer), rebind=True, tau=3.0)
+    cases.append(("τ beyond its accepted drafts", d, "τ 3.000 is outside [2.300, 2.500]"))
+    d = _edit(_published(tmp_path / "f7", target, tokenizer), rebind=True, alpha=0.9)
+    cases.append(("α not accepted ÷ proposed", d, "α 0.9000 is not accepted ÷ proposed = 0.3750"))
+    d = _edit(_published(tmp_path / "f8", target, tokenizer), rebind=True, speedup=5.0)
+    cases.append(("speed-up not the throughput ratio", d, "speed-up 5.000× is not speculative ÷ autoregressive"))
+    d = _published(tmp_path / "f9", target, tokenizer)
+    (d / "eval_samples.jsonl").write_text((d / "eval_samples.jsonl").read_text().replace("true", "false", 1))
+    cases.append(("edited samples", d, "is not the samples file eval wrote with this report"))
+    d = _published(tmp_path / "f10", target, tokenizer)
+    samples = (d / "eval_samples.jsonl").read_text().replace("true", "false", 1)
+    (d / "eval_samples.jsonl").write_text(samples)
+    _edit(d, rebind=True, samples_sha256=samples_digest(samples))
+    cases.append(("samples contradict lossless, digests recomputed", d, "holds 4 prompts, 3 equal; the report claims"))
     return cases
 
 
@@ -122,8 +180,9 @@ def test_local_hub_round_trips_versions_and_lists_best_first(tmp_path, target, t
         tmp_path / "b",
         target,
         tokenizer,
-        {**REPORT, "tau": 3.1, "served": {**SERVED, "tau": 3.05}},
         model_name="better",
+        tau=3.1,
+        served={**SERVED, "tau": 3.05},
     )
     hub = tmp_path / "hub"
     first, second, third = publish_local(a, hub), publish_local(a, hub), publish_local(b, hub)
@@ -194,7 +253,7 @@ def test_hub_upload_is_private_one_branch_per_run_and_never_overwrites(
     assert push_to_hub(d, "me/toy-draft", force=True, api=api) == revision
     with pytest.raises(PublishError, match="not lossless"):
         push_to_hub(
-            _published(tmp_path / "lossy", target, tokenizer, {**REPORT, "lossless": False, "lossless_prompts": 1}),
+            _published(tmp_path / "lossy", target, tokenizer, equal=1),
             "me/x",
             api=api,
         )
@@ -229,3 +288,48 @@ def test_script_dry_run_list_and_refusal(tmp_path, target, tokenizer):
         f"error: refusing to publish {tmp_path / 'weak'}: τ=2.500 is below min_tau=4.0; train longer or lower the bar"
     ]
     assert len(read_index(hub)) == 1
+
+
+def test_racing_publishes_each_get_a_version_and_an_index_row(tmp_path, target, tokenizer, monkeypatch):
+    """Two publishes at once (threads; the window between a version's rename and the index update widened):
+    the registry's lock serialises them, so neither version nor row is lost."""
+    import threading
+    import time
+
+    from train import local_hub
+
+    d = _published(tmp_path / "d", target, tokenizer)
+    hub = tmp_path / "hub"
+    monkeypatch.setattr(local_hub, "_before_index", lambda: time.sleep(0.5))
+    threads = [threading.Thread(target=publish_local, args=(d, hub)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(e["version"] for e in read_index(hub)) == [1, 2]
+    assert sorted(p.name for p in (hub / "toyworld--micro" / "toy-draft").iterdir()) == ["v1", "v2"]
+
+
+def test_a_publish_killed_before_the_index_update_is_indexed_by_the_next(tmp_path, target, tokenizer, monkeypatch):
+    from train import local_hub
+
+    d = _published(tmp_path / "d", target, tokenizer)
+    hub = tmp_path / "hub"
+    publish_local(d, hub)
+
+    def killed():
+        raise KeyboardInterrupt  # the process dies here: v2 is on disk, the index does not list it
+
+    monkeypatch.setattr(local_hub, "_before_index", killed)
+    with pytest.raises(KeyboardInterrupt):
+        publish_local(d, hub)
+    assert [e["version"] for e in read_index(hub)] == [1]
+    monkeypatch.setattr(local_hub, "_before_index", lambda: None)
+    (hub / "toyworld--micro" / "toy-draft" / ".v3-abcd1234").mkdir()  # a copy a kill interrupted
+    (hub / ".index.json.4242-deadbeef.tmp").write_text("{")  # an index write a kill interrupted
+    publish_local(d, hub)
+    index = read_index(hub)
+    assert [e["version"] for e in index] == [1, 2, 3]
+    assert served_files_hash(hub / index[1]["path"]) == served_files_hash(d)
+    assert not list(hub.rglob(".v*-*")) and not list(hub.glob(".*.tmp"))
+    assert "v2" in (hub / "index.html").read_text()

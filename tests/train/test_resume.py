@@ -33,7 +33,7 @@ def _train(tmp, dataset, target, tokenizer, *, stop_after=None, resume=True, kin
         if kind == "medusa"
         else DraftLMDistillation(target, "fkl", len(tokenizer))
     )
-    return run_loop(tmp, cfg, drafter, objective, dataset, tokenizer.pad_token_id, stop_after=stop_after)[0]
+    return run_loop(tmp, cfg, drafter, objective, dataset, tokenizer.pad_token_id, stop_after=stop_after)
 
 
 @pytest.mark.parametrize("kind", ["draft_lm", "medusa"])
@@ -42,10 +42,14 @@ def test_resumed_training_ends_with_the_same_weights(tmp_path, micro_world, targ
     distill(TargetConfig(name_or_path="toyworld:micro"), data, tmp_path / "data", "cpu")
     dataset = load_distilled(tmp_path / "data")
 
-    straight = _train(tmp_path / "a", dataset, target, tokenizer, kind=kind)
+    straight, _, metrics = _train(tmp_path / "a", dataset, target, tokenizer, kind=kind)
     # killed after step 4; last checkpoint: step 3
     _train(tmp_path / "b", dataset, target, tokenizer, stop_after=4, kind=kind)
-    resumed = _train(tmp_path / "b", dataset, target, tokenizer, kind=kind)
+    resumed, _, resumed_metrics = _train(tmp_path / "b", dataset, target, tokenizer, kind=kind)
+    assert resumed_metrics["loss"] == pytest.approx(metrics["loss"], rel=1e-6)
+    # Killed after the last checkpoint, before the summary: the rerun reports the logged figures, not NaN.
+    _, _, again = _train(tmp_path / "b", dataset, target, tokenizer, kind=kind)
+    assert again == resumed_metrics
     assert straight.keys() == resumed.keys()
     for k in straight:
         torch.testing.assert_close(straight[k], resumed[k], rtol=0, atol=0, msg=k)

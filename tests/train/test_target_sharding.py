@@ -56,7 +56,11 @@ def test_sharding_over_one_process_is_refused_with_the_fix():
     ],
 )
 def test_settings_that_need_what_the_run_does_not_have_are_refused(overrides, error):
-    cfg = OmegaConf.to_object(_compose("recipe=toy_eagle", "target=micro", *overrides))
+    cfg = OmegaConf.to_object(_compose("recipe=toy_eagle", "target=micro", "drafter.layer_ids=[0,1,2]", *overrides))
     with pytest.raises(PipelineError, match=re.escape(error)):
         check_run(cfg)
-    check_run(OmegaConf.to_object(_compose("recipe=toy_eagle", "target=micro", "drafter.features=vllm")))
+    check_run(
+        OmegaConf.to_object(
+            _compose("recipe=toy_eagle", "target=micro", "drafter.layer_ids=[0,1,2]", "drafter.features=vllm")
+        )
+    )

@@ -1,0 +1,245 @@
+"""Bad input through the real entry points: one `error:` line naming the fix, exit 2, nothing left behind.
+
+The apps run in this process (their Hydra `main` under conf.cli.run_cli, as `python -m` runs them;
+scripts/push_to_hub.py through its `main`) so that the whole table costs seconds; tests/test_cli.py
+runs a few of the same through a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from conf.cli import run_cli
+from distill.lock import exclusive
+from tests.conftest import REPO
+
+USER = {"messages": [{"role": "user", "content": "def add(a, b):"}]}
+
+
+def _app(name: str, argv: list[str], capsys) -> tuple[int, list[str]]:
+    """(exit code, non-empty stderr lines) of `python -m name *argv`, run in-process."""
+    import distill.__main__
+    import eval.__main__
+    import train.__main__
+
+    main = {"train": train.__main__.main, "distill": distill.__main__.main, "eval": eval.__main__.main}[name]
+    saved = sys.argv
+    sys.argv = [name, *argv]
+    try:
+        run_cli(main)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    finally:
+        sys.argv = saved
+    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+def _push(argv: list[str], capsys) -> tuple[int, list[str]]:
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from push_to_hub import main
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    code = main([str(a) for a in argv])
+    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, micro_world):
+    """Inputs the cases point at: prompt files good and bad, drafter directories that are not drafters."""
+    root = tmp_path_factory.mktemp("bad-inputs")
+    (root / "ok.jsonl").write_text(json.dumps(USER) + "\n")
+    (root / "no-user.jsonl").write_text(json.dumps({"messages": [{"role": "system", "content": "be brief"}]}) + "\n")
+    unsized = root / "unsized-drafter"
+    unsized.mkdir()
+    (unsized / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    medusa = root / "medusa-original"
+    medusa.mkdir()
+    (medusa / "config.json").write_text(json.dumps({"medusa_num_heads": 4, "medusa_num_layers": 1}))
+    (root / "plain-dir").mkdir()
+    drafter = root / "draft-config"  # a draft LM's config (sized): a loadable kind, so the target check is reached
+    drafter.mkdir()
+    (drafter / "config.json").write_text(
+        json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 32, "vocab_size": 8})
+    )
+    return root
+
+
+TRAIN = ["target=micro", "stages=[distill]"]
+
+# (case, app, arguments ({f}: the files fixture, {t}: this case's temporary dir), expected text in the line)
+CASES = [
+    ("misspelt key", "train", ["trainer.learning_rate=0.1"], "trainer.learning_rate is not a setting (misspelt?)"),
+    ("unknown top-level key", "train", ["foo=1"], "foo is not a setting (misspelt?); valid keys there: recipe_name"),
+    ("unknown recipe", "train", ["recipe=nope"], "recipe=nope is not one of the recipe configs; choose from: "),
+    ("unknown drafter group", "train", ["drafter=nope"], "drafter=nope is not one of the drafter configs"),
+    ("wrong value type", "train", ["trainer.max_steps=abc"], "trainer.max_steps: Value 'abc' of type 'str'"),
+    ("unknown stage", "train", ["stages=[evl]"], "unknown stage(s) ['evl']"),
+    ("batch size 0", "train", [*TRAIN, "trainer.batch_size=0"], "trainer.batch_size=0 must be at least 1"),
+    ("accumulation 0", "train", [*TRAIN, "trainer.grad_accum=0"], "trainer.grad_accum=0 must be at least 1"),
+    ("save interval 0", "train", [*TRAIN, "trainer.save_every=0"], "trainer.save_every=0 must be at least 1"),
+    ("shard size 0", "train", [*TRAIN, "data.shard_size=0"], "data.shard_size=0 must be at least 1"),
+    ("eval prompt count 0", "train", [*TRAIN, "eval.num_prompts=0"], "eval.num_prompts=0 must be at least 1"),
+    ("γ 0 in the sweep", "train", [*TRAIN, "eval.gamma_sweep=[0,2]"], "eval.gamma_sweep[0]=0 must be at least 1"),
+    ("unknown dtype", "train", [*TRAIN, "trainer.mixed_precision=fp8"], "trainer.mixed_precision='fp8'; use one of"),
+    ("negative learning rate", "train", [*TRAIN, "trainer.lr=-1"], "trainer.lr=-1.0 must be positive"),
+    ("no new tokens", "train", [*TRAIN, "data.sampling.max_new_tokens=0"], "data.sampling.max_new_tokens=0 must be"),
+    ("missing eval prompts file", "train", [*TRAIN, "eval_prompts={t}/none.jsonl"], "none.jsonl does not exist"),
+    ("missing prompts file", "train", [*TRAIN, "data.prompts={t}/none.jsonl"], "none.jsonl does not exist"),
+    ("unknown loss", "train", [*TRAIN, "trainer.loss=nope"], "trainer.loss='nope' is not a loss"),
+    ("unknown data source", "train", [*TRAIN, "data.source=nope"], "data.source='nope'; use one of"),
+    ("unknown toy world", "train", ["stages=[distill]", "target.name_or_path=toyworld:huge"], "unknown toy world"),
+    (
+        "EAGLE-3 layer out of range",
+        "train",
+        ["recipe=toy_eagle", *TRAIN, "drafter.layer_ids=[0,99,1]"],
+        "EAGLE-3 fuses 3 distinct target layers in 0..2; got layer_ids=[0, 99, 1]",
+    ),
+    (
+        "target path that does not exist",
+        "train",
+        ["stages=[distill]", "target.name_or_path={t}/no-model"],
+        "no-model does not exist; give a local HF model directory or a Hub id",
+    ),
+    ("prompts without a user turn", "train", [*TRAIN, "data.prompts={f}/no-user.jsonl"], "have no user turn"),
+    ("distill without out_dir", "distill", ["target=micro"], "out_dir is required; pass out_dir=..."),
+    ("unknown data group", "distill", ["data=nope", "out_dir={t}/out"], "data=nope is not one of the data configs"),
+    (
+        "distill from a missing file",
+        "distill",
+        ["target=micro", "data.prompts={t}/none.jsonl", "out_dir={t}/out"],
+        "none.jsonl does not exist",
+    ),
+    ("eval without drafter_dir", "eval", ["prompts={f}/ok.jsonl", "out_dir={t}/out"], "drafter_dir is required"),
+    (
+        "eval of a directory that does not exist",
+        "eval",
+        ["drafter_dir={t}/nothing", "prompts={f}/ok.jsonl", "out_dir={t}/out"],
+        "is not a directory; pass an exported drafter directory",
+    ),
+    (
+        "eval prompts file missing",
+        "eval",
+        ["drafter_dir={f}/plain-dir", "prompts={t}/none.jsonl", "out_dir={t}/out"],
+        "none.jsonl does not exist",
+    ),
+    (
+        "eval with no target named",
+        "eval",
+        ["drafter_dir={f}/draft-config", "prompts={f}/ok.jsonl", "out_dir={t}/out"],
+        "has no drafthub.json to name its target; pass target_path=",
+    ),
+    (
+        "eval with the toy-world alias",
+        "eval",
+        ["drafter_dir={f}/draft-config", "prompts={f}/ok.jsonl", "out_dir={t}/out", "target_path=toyworld:micro"],
+        "is a python -m train alias; pass the toy world's directory",
+    ),
+    (
+        "drafter config with no sizes",
+        "eval",
+        ["drafter_dir={f}/unsized-drafter", "prompts={f}/ok.jsonl", "out_dir={t}/out", "target_path={micro}"],
+        "but no model size",
+    ),
+    (
+        "Medusa heads in the original layout",
+        "eval",
+        ["drafter_dir={f}/medusa-original", "prompts={f}/ok.jsonl", "out_dir={t}/out", "target_path={micro}"],
+        "FasterDecoding/Medusa's original layout",
+    ),
+    (
+        "eval of a directory that is no drafter",
+        "eval",
+        ["drafter_dir={f}/plain-dir", "prompts={f}/ok.jsonl", "out_dir={t}/out", "target_path={micro}"],
+        "is not an exported drafter (no config.json)",
+    ),
+    ("publish a directory that does not exist", "push", ["{t}/nothing", "--hub-dir", "{t}/hub"], "is not a directory"),
+    ("publish a directory with no provenance", "push", ["{f}/plain-dir", "--hub-dir", "{t}/hub"], "no drafthub.json"),
+    ("publish to two places", "push", ["{f}/plain-dir", "--hub-dir", "{t}/h", "--repo-id", "me/x"], "exactly one of"),
+    ("list without a registry", "push", ["--list"], "--list reads a local registry; pass --hub-dir PATH"),
+]
+
+
+@pytest.mark.parametrize("case,app,args,expected", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_leaves_nothing(
+    case, app, args, expected, files, micro_world, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # a run without run_dir= would land here, not in the checkout
+    argv = [a.format(f=files, t=tmp_path / "work", micro=micro_world.target_dir) for a in args]
+    if app == "train" and not any(a.startswith("run_dir=") for a in argv):
+        argv.append(f"run_dir={tmp_path / 'work' / 'run'}")
+    code, lines = _push(argv, capsys) if app == "push" else _app(app, argv, capsys)
+    assert code == 2, (case, lines)
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], (case, lines)
+    # Nothing a corrected rerun would trip over: no dataset, checkpoint, report or registry entry.
+    left = [p for p in (tmp_path / "work").rglob("*") if p.is_file()] if (tmp_path / "work").exists() else []
+    completion = {"manifest.json", "train_summary.json", "eval_report.json", "index.json", "published.json"}
+    assert not [p for p in left if p.name in completion], (case, left)
+    assert not list(tmp_path.glob("runs")), case
+
+
+def test_bad_input_table_is_broad():
+    assert len(CASES) >= 30
+
+
+def test_a_second_run_on_a_busy_directory_stops_at_once(tmp_path, micro_world, capsys):
+    run_dir = tmp_path / "run"
+    with exclusive(run_dir, "run directory"):  # this process plays the running job
+        code, lines = _app("train", [*TRAIN, f"run_dir={run_dir}"], capsys)
+    assert code == 2 and len(lines) == 1, lines
+    assert (
+        lines[0].startswith(f"error: run directory {run_dir} is in use by pid ") and "one run per directory" in lines[0]
+    )
+    assert not (run_dir / ".hydra").exists()  # it stopped before writing anything
+
+
+def test_a_stale_lock_from_a_dead_process_is_taken_over_with_a_message(tmp_path, capsys):
+    from distill.lock import LOCK_FILE
+
+    tmp_path.joinpath(LOCK_FILE).write_text(json.dumps({"pid": 999999, "host": "gone", "since": "2026-01-01"}))
+    with exclusive(tmp_path, "run directory"):
+        owner = json.loads(tmp_path.joinpath(LOCK_FILE).read_text())
+    assert owner["pid"] != 999999
+    assert "took over the lock of pid 999999 on gone" in capsys.readouterr().err
+    assert tmp_path.joinpath(LOCK_FILE).read_text() == ""  # released cleanly: nothing for the next one to take over
+
+
+def test_a_run_directory_keeps_nothing_a_killed_write_left(tmp_path):
+    from train.run_dir import clean_debris
+
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".drafter-old").mkdir()  # killed between the two renames of the export swap
+    (tmp_path / ".drafter-old" / "config.json").write_text("{}")
+    (tmp_path / ".drafter-k2j3h4g5").mkdir()  # a staging directory
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / ".eval_report.json.123-abcd1234.tmp").write_text("half")
+    (tmp_path / "checkpoints" / ".tmp-step-0000003").mkdir(parents=True)
+    clean_debris(tmp_path)
+    assert (tmp_path / "drafter" / "config.json").exists()  # the last complete export, put back
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        ".hydra",
+        "checkpoints",
+        "drafter",
+        "drafter/config.json",
+        "eval",
+    ]
+
+
+def test_a_read_only_directory_is_not_locked(tmp_path):
+    """Nobody can change it, and the lock file could not be created: a finished run is re-read in place."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as root: every directory is writable")
+        with exclusive(ro, "run directory"):
+            pass
+        assert list(ro.iterdir()) == []
+    finally:
+        ro.chmod(0o755)
