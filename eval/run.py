@@ -17,6 +17,7 @@ from eval.claims import DIGEST, figures_digest, samples_digest
 from eval.config import EvalConfig
 from eval.errors import EvalError
 from eval.metrics import Tally, add_block_cost, decode_figures
+from eval.prompts import OVERLONG
 from eval.proposer import Proposer, begin_workload
 from eval.report import samples_jsonl, write_report
 from eval.sampling import SamplingParams
@@ -31,6 +32,13 @@ def check_settings(cfg: EvalConfig) -> None:
         )
     if cfg.num_speculative_tokens < 1 or any(g < 1 for g in cfg.gamma_sweep):
         raise EvalError("eval.num_speculative_tokens and every eval.gamma_sweep value must be ≥ 1")
+    if cfg.num_prompts < 1 or cfg.max_new_tokens < 1 or cfg.warmup_prompts < 0:
+        raise EvalError(
+            f"eval.num_prompts={cfg.num_prompts} and eval.max_new_tokens={cfg.max_new_tokens} must be ≥ 1, "
+            f"eval.warmup_prompts={cfg.warmup_prompts} ≥ 0"
+        )
+    if cfg.overlong_prompts not in OVERLONG:
+        raise EvalError(f"eval.overlong_prompts={cfg.overlong_prompts!r}; use one of {list(OVERLONG)}")
     if (
         cfg.tree is not None
         and cfg.tree not in ("drafter", "dynamic")

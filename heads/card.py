@@ -28,8 +28,7 @@ tags:
 
 # {provenance["model_name"]}
 
-A `{kind}` drafter for speculative decoding with target `{target}`, made and measured by
-drafthub (recipe `{provenance["recipe"]["recipe_name"]}`).
+A `{kind}` drafter for speculative decoding with target `{target}`, {_origin(provenance)}.
 
 ## Measured acceptance (drafthub eval, {ev.get("settings", {}).get("num_prompts", "?")} held-out prompts)
 
@@ -45,6 +44,13 @@ the γ sweep): {ev.get("recommended_num_speculative_tokens", "n/a")}.{_served_li
 
 Provenance (target revision, tokenizer hash, data manifest, resolved recipe) is in `drafthub.json`.
 """
+
+
+def _origin(provenance: dict) -> str:
+    recipe = provenance.get("recipe")
+    if recipe:
+        return f"made and measured by drafthub (recipe `{recipe['recipe_name']}`)"
+    return "made elsewhere and measured by drafthub (`python -m eval`)"
 
 
 def training_line(data: dict | None) -> str:

@@ -49,6 +49,10 @@ class EagleArch:
     rope_theta: float = 10000.0
     max_position_embeddings: int = 2048
     norm_before_residual: bool = False  # True: the residual carries hidden_norm(g) instead of g
+    # speculators' optional norms, run as vLLM runs them (drafthub trains none of them; checkpoints made elsewhere may)
+    norm_before_fc: bool = False  # one RMSNorm over the concatenated features before fc (`input_norm`)
+    fc_norm: bool = False  # one RMSNorm per target layer's features before fc (`fc_norm.{i}`)
+    norm_output: bool = False  # the next drafted position reads norm(h), not the prenorm h ("EAGLE 3.1")
 
     @property
     def head_dim(self) -> int:
@@ -253,7 +257,14 @@ class Eagle3Drafter(nn.Module):
         self.arch = arch
         H = arch.hidden_size
         self.embed_tokens = nn.Embedding(arch.vocab_size, H)
-        self.fc = nn.Linear(len(arch.layer_ids) * arch.target_hidden_size, H, bias=False)
+        features = len(arch.layer_ids) * arch.target_hidden_size
+        self.input_norm = nn.RMSNorm(features, eps=arch.rms_norm_eps) if arch.norm_before_fc else None
+        self.fc_norm = (
+            nn.ModuleList(nn.RMSNorm(arch.target_hidden_size, eps=arch.rms_norm_eps) for _ in arch.layer_ids)
+            if arch.fc_norm
+            else None
+        )
+        self.fc = nn.Linear(features, H, bias=False)
         self.layers = nn.ModuleList([Eagle3Layer(arch)])
         self.norm = nn.RMSNorm(H, eps=arch.rms_norm_eps)
         self.lm_head = nn.Linear(H, arch.draft_vocab_size, bias=False)
@@ -301,8 +312,13 @@ class Eagle3Drafter(nn.Module):
         return draft_ids + self.d2t[draft_ids]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(…, H) prenorm outputs → (…, D) draft-vocabulary logits."""
-        return self.lm_head(self.norm(hidden))
+        """(…, H) outputs (as `output` gives them) → (…, D) draft-vocabulary logits: lm_head(norm(h))."""
+        return self.lm_head(hidden if self.arch.norm_output else self.norm(hidden))
+
+    def output(self, h: torch.Tensor) -> torch.Tensor:
+        """The layer's prenorm output h → what the next drafted position reads: h, or norm(h) under norm_output
+        (then already normed, so `logits` applies lm_head alone)."""
+        return self.norm(h) if self.arch.norm_output else h
 
     def ttt_logits(
         self,
@@ -324,7 +340,7 @@ class Eagle3Drafter(nn.Module):
         """
         B, T, _ = features.shape
         layer = self.layers[0]
-        hidden = self.fc(features.to(self.fc.weight.dtype))  # (B, T, H)
+        hidden = self.fuse(features)  # (B, T, H)
         positions = torch.arange(T, device=features.device).expand(B, T)
         causal = torch.ones(T, T, dtype=torch.bool, device=features.device).tril()
         mask0 = (causal[None] & attention_mask.bool()[:, None, :])[:, None]  # (B, 1, T, T)
@@ -341,7 +357,7 @@ class Eagle3Drafter(nn.Module):
                 k0, v0 = k, v
             else:
                 diag_k.append(k), diag_v.append(v)
-            hidden = layer.finish(layer.self_attn.attend(q, k0, v0, mask0, diag_k, diag_v), residual)
+            hidden = self.output(layer.finish(layer.self_attn.attend(q, k0, v0, mask0, diag_k, diag_v), residual))
             out.append(self.logits(hidden))
         return out
 
@@ -369,15 +385,22 @@ class Eagle3Drafter(nn.Module):
             block_mask: (B, m, m) which block entries each entry sees; default causal.
             cache_mask: (B, m, S) which cached entries each entry sees; default every valid one.
         Returns:
-            (B, m, H) prenorm outputs.
+            (B, m, H) outputs (see `output`), which `logits` reads and the next position takes as `hidden`.
         """
         layer = self.layers[0]
         x, residual = layer.attention_input(self.embed_tokens(tokens), hidden)
         q, k, v = layer.self_attn.project(x, positions)
-        return layer.finish(cache.attend_block(layer.self_attn, q, k, v, entry_valid, block_mask, cache_mask), residual)
+        attended = cache.attend_block(layer.self_attn, q, k, v, entry_valid, block_mask, cache_mask)
+        return self.output(layer.finish(attended, residual))
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
-        return self.fc(features.to(self.fc.weight.dtype))
+        """(…, n·H_target) target features → (…, H): the optional norms, then fc."""
+        x = features.to(self.fc.weight.dtype)
+        if self.input_norm is not None:
+            x = self.input_norm(x)
+        if self.fc_norm is not None:
+            x = torch.cat([norm(chunk) for norm, chunk in zip(self.fc_norm, x.chunk(len(self.fc_norm), -1))], -1)
+        return self.fc(x)
 
     def arch_dict(self) -> dict:
         return asdict(self.arch)

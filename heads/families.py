@@ -41,8 +41,9 @@ from heads.formats.dflash_export import load_dflash, write_dflash
 from heads.formats.dflash_vllm_cpu import served_patch as dflash_served_patch
 from heads.formats.eagle_export import write_eagle3
 from heads.formats.fingerprint import PROVENANCE_FILES
+from heads.formats.medusa_original import is_original_medusa
 from heads.formats.peagle_export import load_peagle, write_peagle
-from heads.formats.speculators import load_speculators
+from heads.formats.speculators import check_speculators, load_speculators
 from heads.layer_skip import LAYER_SKIP_KEY, LayerSkipDrafter, check_skip_layers
 from heads.lookahead import LookaheadDrafter
 from heads.medusa import MedusaHeads, check_medusa_settings
@@ -394,8 +395,8 @@ FAMILIES: dict[str, Family] = {
             trainable=True,
             recognizes=lambda config: config.get("speculators_model_type") == "eagle3",
             write=_write_eagle3,
-            load=lambda path, target: load_speculators(path),
-            lint=load_speculators,
+            load=load_speculators,
+            lint=check_speculators,
             vllm_method="eagle3",
             check_target=lambda settings, target_config: eagle3_layer_ids(settings, target_config.num_hidden_layers),
             vllm_config=_model_dir,
@@ -551,11 +552,10 @@ def family_of_export(path: str | Path) -> Family:
     if not config_file.is_file():
         raise HeadsError(f"{path} is not an exported drafter (no {CONFIG}); pass the drafter/ directory a run wrote")
     config = json.loads(config_file.read_text())
-    if "medusa_num_heads" in config and config.get("model_type") != "medusa":
+    if is_original_medusa(config):  # before the causal-LM check: a Medusa-2 full model names its base architecture
         raise HeadsError(
-            f"{path} holds Medusa heads in FasterDecoding/Medusa's original layout (medusa_num_heads, "
-            "medusa_lm_head.*), which drafthub does not convert yet; export the heads with drafthub's "
-            "Medusa recipe (python -m train recipe=toy_medusa) or in vLLM's Medusa format (model_type medusa)"
+            f"{path} holds Medusa heads in FasterDecoding/Medusa's original layout; convert them first: "
+            f"python scripts/convert_medusa.py {path} CONVERTED_DIR --target TARGET"
         )
     if _is_causal_lm(config) and not (set(SIZE_KEYS) & set(config) and "vocab_size" in config):
         raise HeadsError(
@@ -583,13 +583,17 @@ def model_card(provenance: dict) -> str:
     )
 
 
-def write_provenance(export_dir: str | Path, provenance: dict, samples_text: Optional[str] = None) -> None:
-    """Add drafthub.json, the model card and (given) the eval samples to an export directory, each atomically.
+def write_provenance(
+    export_dir: str | Path, provenance: dict, samples_text: Optional[str] = None, card: bool = True
+) -> None:
+    """Add drafthub.json, the model card (card=True) and the eval samples (given) to an export directory, atomically.
 
     No serving engine reads them (heads.formats.fingerprint leaves them out of the served-files
     hash), so adding them keeps the directory the served check ran byte for byte."""
     root = Path(export_dir)
-    files = [(PROVENANCE_FILES[0], json.dumps(provenance, indent=2)), (PROVENANCE_FILES[1], model_card(provenance))]
+    files = [(PROVENANCE_FILES[0], json.dumps(provenance, indent=2))]
+    if card:
+        files.append((PROVENANCE_FILES[1], model_card(provenance)))
     if samples_text is not None:
         files.insert(0, (PROVENANCE_FILES[2], samples_text))  # first: drafthub.json's report binds it
     for name, text in files:

@@ -8,12 +8,41 @@ from __future__ import annotations
 
 import torch
 
+NORM_FLAGS = ("norm_before_fc", "fc_norm", "norm_output")  # speculators' optional norms (absent = false)
+
+
+def _layer_problems(layer: dict) -> list[str]:
+    """The decoder layer drafthub runs is one llama layer with plain RoPE: anything else is refused by name."""
+    problems = []
+    if layer.get("model_type", "llama") != "llama":
+        problems.append(
+            f"transformer_layer_config.model_type={layer['model_type']!r}: drafthub runs llama decoder layers only "
+            "(vLLM would build that family's layer, e.g. Qwen3's q/k norms)"
+        )
+    if layer.get("num_hidden_layers", 1) != 1:
+        problems.append(f"transformer_layer_config.num_hidden_layers={layer['num_hidden_layers']}: drafthub runs 1")
+    for bias in ("attention_bias", "mlp_bias"):
+        if layer.get(bias):
+            problems.append(f"transformer_layer_config.{bias}=true: drafthub's decoder layer has no biases")
+    rope_type = (layer.get("rope_parameters") or {}).get("rope_type", "default")
+    if rope_type != "default":
+        problems.append(
+            f"transformer_layer_config.rope_parameters.rope_type={rope_type!r}: drafthub's engine runs plain RoPE "
+            "(vLLM would scale it), so its drafts would differ from the served ones"
+        )
+    return problems
+
 
 def lint_eagle3(config: dict, tensors: dict[str, torch.Tensor]) -> list[str]:
-    """Problems with an EAGLE-3 speculators-format checkpoint (config.json dict + its tensors); [] = clean."""
+    """Problems with an EAGLE-3 speculators-format checkpoint (config.json dict + its tensors); [] = clean.
+
+    Every field vLLM honours is either accepted as vLLM reads it or named here: null target_hidden_size
+    (= hidden_size), rope_parameters / rope_theta, the optional norms and their tensors, a shared
+    embed_tokens or lm_head, and d2t/t2d (present exactly when the draft vocabulary is reduced)."""
     problems = []
     layer = config.get("transformer_layer_config") or {}
-    H, Ht, D = layer.get("hidden_size"), config.get("target_hidden_size"), config.get("draft_vocab_size")
+    H, D, V = layer.get("hidden_size"), config.get("draft_vocab_size"), layer.get("vocab_size")
+    Ht = config.get("target_hidden_size", H) or H  # null: vLLM takes the drafter's width
     ids = config.get("eagle_aux_hidden_state_layer_ids")
     if not isinstance(ids, list) or len(ids) != 3 or not all(isinstance(i, int) for i in ids):
         problems.append(f"eagle_aux_hidden_state_layer_ids must list 3 explicit layer ids, got {ids!r}")
@@ -22,25 +51,27 @@ def lint_eagle3(config: dict, tensors: dict[str, torch.Tensor]) -> list[str]:
             f"eagle_aux_hidden_state_layer_ids={ids} must be ascending "
             "(vLLM and SGLang concatenate the layers in layer order, so fc's columns would be misread)"
         )
-    for flag in ("norm_before_residual",):
-        if not isinstance(config.get(flag), bool):
-            problems.append(
-                f"{flag} must be an explicit true/false (vLLM defaults a missing one), got {config.get(flag)!r}"
-            )
+    if not isinstance(config.get("norm_before_residual"), bool):
+        problems.append(
+            "norm_before_residual must be an explicit true/false (vLLM defaults a missing one to true, "
+            f"speculators to false), got {config.get('norm_before_residual')!r}"
+        )
+    for flag in NORM_FLAGS:
+        if not isinstance(config.get(flag, False), bool):
+            problems.append(f"{flag} must be true or false, got {config[flag]!r}")
     if "model_type" in config:
         problems.append(
             "a speculators config has no top-level model_type (vLLM would not route it to the speculators loader)"
         )
-    if not all(isinstance(x, int) for x in (H, Ht, D)):
-        return problems + [f"hidden_size, target_hidden_size and draft_vocab_size must be set, got {H}, {Ht}, {D}"]
+    problems += _layer_problems(layer)
+    if not all(isinstance(x, int) for x in (H, Ht, D, V)):
+        return problems + [f"hidden_size, vocab_size and draft_vocab_size must be set, got {H}, {V}, {D}"]
 
     def shape(name):
         return tuple(tensors[name].shape) if name in tensors else None
 
     expect = {
         "fc.weight": (H, 3 * Ht),
-        "lm_head.weight": (D, H),
-        "d2t": (D,),
         "layers.0.self_attn.q_proj.weight": (
             layer.get("num_attention_heads", 0)
             * (layer.get("head_dim") or H // max(layer.get("num_attention_heads", 1), 1)),
@@ -49,16 +80,38 @@ def lint_eagle3(config: dict, tensors: dict[str, torch.Tensor]) -> list[str]:
         "norm.weight": (H,),
         "layers.0.hidden_norm.weight": (H,),
     }
+    # Absent = the target's own, as vLLM shares them; its lm_head only fits when the draft vocabulary is its own.
+    optional = {"embed_tokens.weight": (V, H)} | ({"lm_head.weight": (D, H)} if D == V else {})
+    expect |= {"lm_head.weight": (D, H)} if D != V else {}
+    expect |= {name: want for name, want in optional.items() if name in tensors}
+    if config.get("norm_before_fc"):
+        expect["input_norm.weight"] = (3 * Ht,)
+    if config.get("fc_norm"):
+        expect |= {f"fc_norm.{i}.weight": (Ht,) for i in range(3)}
     for name, want in expect.items():
         if shape(name) != want:
             problems.append(f"{name} has shape {shape(name)}, expected {want}")
+    if "input_norm.weight" in tensors and not config.get("norm_before_fc"):
+        problems.append("input_norm.weight is present but norm_before_fc is false: vLLM would drop it silently")
+    if any(name.startswith("fc_norm.") for name in tensors) and not config.get("fc_norm"):
+        problems.append("fc_norm.* tensors are present but fc_norm is false: vLLM refuses to load them")
     for proj in ("k_proj", "v_proj"):
         got = shape(f"layers.0.self_attn.{proj}.weight")
         if got is None or got[1] != 2 * H:
             problems.append(
                 f"layers.0.self_attn.{proj}.weight takes input width {got and got[1]}, expected 2·hidden = {2 * H}"
             )
-    if "t2d" in tensors and "d2t" in tensors and shape("d2t") == (D,):
+    maps = [name for name in ("d2t", "t2d") if name in tensors]
+    if D == V and maps:
+        problems.append(
+            f"{' and '.join(maps)} must be left out when draft_vocab_size equals vocab_size ({V}): vLLM 0.32 has no "
+            "mapping then and refuses the checkpoint"
+        )
+    elif D != V and len(maps) < 2:
+        problems.append(f"d2t and t2d must both be present with a reduced draft vocabulary ({D} of {V})")
+    elif D != V and shape("d2t") != (D,):
+        problems.append(f"d2t has shape {shape('d2t')}, expected ({D},)")
+    elif D != V:
         t2d, d2t = tensors["t2d"], tensors["d2t"]
         if t2d.dtype != torch.bool or int(t2d.sum()) != D:
             problems.append(f"t2d must be a bool mask with draft_vocab_size={D} entries set, has {int(t2d.sum())}")
@@ -69,14 +122,13 @@ def lint_eagle3(config: dict, tensors: dict[str, torch.Tensor]) -> list[str]:
                     "d2t does not map draft ids onto exactly the target ids t2d marks "
                     "(target = draft + d2t[draft], int64)"
                 )
-    else:
-        problems.append("d2t and t2d must both be present")
     return problems
 
 
 def lint_peagle(config: dict, tensors: dict[str, torch.Tensor]) -> list[str]:
     """Problems with a P-EAGLE speculators checkpoint: EAGLE-3's, plus the mask token and mask_hidden."""
     problems = lint_eagle3(config, tensors)
+    problems += [f"{flag}=true: drafthub's P-EAGLE does not implement it" for flag in NORM_FLAGS if config.get(flag)]
     layer = config.get("transformer_layer_config") or {}
     vocab, mask_id = layer.get("vocab_size"), config.get("mask_token_id")
     if not isinstance(mask_id, int) or not isinstance(vocab, int) or not 0 <= mask_id < vocab:

@@ -1,11 +1,13 @@
 """Publish a drafter directory — gated — to the Hugging Face Hub or a local registry, or list a registry.
 
     python scripts/push_to_hub.py DRAFTER_DIR --repo-id me/my-drafter [--public] [--revision NAME] [--force] [--dry-run]
-    python scripts/push_to_hub.py DRAFTER_DIR --hub-dir PATH [--dry-run]
+    python scripts/push_to_hub.py DRAFTER_DIR --hub-dir PATH [--dry-run] [--no-verify]
     python scripts/push_to_hub.py --list --hub-dir PATH [--target NAME]
 
 The gate (train/publish.py) refuses a drafter whose eval report is missing, stale, not lossless,
-below its recipe's min_tau, rejected by the format checks or by the served check. The Hub token
+below its recipe's min_tau, rejected by the format checks or by the served check, whose figures were
+edited or contradict each other, or (re-measured: always for a registry, with --verify for the Hub)
+whose τ this machine does not reproduce. The Hub token
 comes from HF_TOKEN or `hf auth login`; this script never reads, prints or writes it.
 """
 
@@ -17,8 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from train.claim_check import VERIFY_PROMPTS, verify_claim  # noqa: E402
 from train.local_hub import list_drafters, publish_local  # noqa: E402
 from train.publish import PublishError, check_publishable, push_to_hub, run_revision, upload_files  # noqa: E402
+
+
+def _verified(v: dict | None) -> str:
+    return "not re-measured" if not v else f"re-measured τ {v['tau']:.3f} on {v['prompts']} prompts"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--dry-run", action="store_true", help="check the gate and list what would be uploaded, upload nothing"
     )
+    ap.add_argument("--verify", action="store_true", help="re-measure τ before a Hub upload (the registry always does)")
+    ap.add_argument("--no-verify", action="store_true", help="publish to a registry without re-measuring τ")
+    ap.add_argument("--verify-prompts", type=int, default=VERIFY_PROMPTS, help="eval prompts re-decoded to verify")
     ap.add_argument("--list", action="store_true", help="print a registry's drafters, best τ first (with --hub-dir)")
     ap.add_argument("--target", help="with --list: only this target's drafters")
     args = ap.parse_args(argv)
@@ -45,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{d['target']}\t{d['model_name']} v{d['version']}\t{d['kind']}\tτ {d['tau']:.3f}\t"
                     f"α {d['alpha']:.3f}\t{d['speedup']:.2f}×\tserved {served}\t{d['size_bytes'] / 1e6:.1f} MB\t"
-                    f"{d['published'][:10]}\t{d['path']}"
+                    f"{d['published'][:10]}\t{d['path']}\t{_verified(d.get('verified'))}"
                 )
             return 0
         if not args.drafter_dir or bool(args.repo_id) == bool(args.hub_dir):
@@ -65,11 +75,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {path}\t{size} bytes")
             return 0
         if args.hub_dir:
-            entry = publish_local(args.drafter_dir, args.hub_dir, args.min_tau)
-            print(f"published {args.hub_dir}/{entry['path']}")
+            prompts = 0 if args.no_verify else args.verify_prompts
+            entry = publish_local(args.drafter_dir, args.hub_dir, args.min_tau, verify_prompts=prompts)
+            verified = entry["verified"]
+            note = f" (re-measured τ {verified['tau']:.3f} on {verified['prompts']} prompts)" if verified else ""
+            print(f"published {args.hub_dir}/{entry['path']}{note}")
         else:
-            if args.min_tau is not None:
-                check_publishable(args.drafter_dir, args.min_tau)
+            if args.min_tau is not None or args.verify:
+                prov = check_publishable(args.drafter_dir, args.min_tau)
+                if args.verify:
+                    verify_claim(args.drafter_dir, prov, args.verify_prompts)
             revision = push_to_hub(
                 args.drafter_dir, args.repo_id, private=not args.public, force=args.force, revision=args.revision
             )

@@ -1,7 +1,6 @@
 """Bad input through the real entry points: one `error:` line naming the fix, exit 2, nothing left behind.
 
-The apps run in this process (their Hydra `main` under conf.cli.run_cli, as `python -m` runs them;
-scripts/push_to_hub.py through its `main`) so that the whole table costs seconds; tests/test_cli.py
+The apps run in this process (tests/cli_runs.py) so that the whole table costs seconds; tests/test_cli.py
 runs a few of the same through a fresh interpreter.
 """
 
@@ -9,51 +8,36 @@ from __future__ import annotations
 
 import json
 import os
-import sys
+import re
 
 import pytest
 
-from conf.cli import run_cli
 from distill.lock import exclusive
-from tests.conftest import REPO
+from tests.cli_runs import run_app, run_push
 
 USER = {"messages": [{"role": "user", "content": "def add(a, b):"}]}
 
 
-def _app(name: str, argv: list[str], capsys) -> tuple[int, list[str]]:
-    """(exit code, non-empty stderr lines) of `python -m name *argv`, run in-process."""
-    import distill.__main__
-    import eval.__main__
-    import train.__main__
+PROGRESS = re.compile(r"\d+/\d+ \[[^\]]*(it/s|s/it)\]")  # a tqdm bar (loading weights), not a message
 
-    main = {"train": train.__main__.main, "distill": distill.__main__.main, "eval": eval.__main__.main}[name]
-    saved = sys.argv
-    sys.argv = [name, *argv]
-    try:
-        run_cli(main)
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    finally:
-        sys.argv = saved
-    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+def _app(name: str, argv: list[str], capsys) -> tuple[int, list[str]]:
+    code, _, err = run_app(name, argv)
+    return code, [line for line in err.replace("\r", "\n").splitlines() if line.strip() and not PROGRESS.search(line)]
 
 
 def _push(argv: list[str], capsys) -> tuple[int, list[str]]:
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        from push_to_hub import main
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
-    code = main([str(a) for a in argv])
-    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    code, _, err = run_push(argv)
+    return code, [line for line in err.splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory, micro_world):
+def files(tmp_path_factory, micro_world, weak_draft):
     """Inputs the cases point at: prompt files good and bad, drafter directories that are not drafters."""
     root = tmp_path_factory.mktemp("bad-inputs")
     (root / "ok.jsonl").write_text(json.dumps(USER) + "\n")
+    long = {"messages": [{"role": "user", "content": "x = 1\n" * 2000}]}
+    (root / "long.jsonl").write_text(json.dumps(long) + "\n")
     (root / "no-user.jsonl").write_text(json.dumps({"messages": [{"role": "system", "content": "be brief"}]}) + "\n")
     unsized = root / "unsized-drafter"
     unsized.mkdir()
@@ -62,6 +46,7 @@ def files(tmp_path_factory, micro_world):
     medusa.mkdir()
     (medusa / "config.json").write_text(json.dumps({"medusa_num_heads": 4, "medusa_num_layers": 1}))
     (root / "plain-dir").mkdir()
+    weak_draft.save_pretrained(root / "real-draft")
     drafter = root / "draft-config"  # a draft LM's config (sized): a loadable kind, so the target check is reached
     drafter.mkdir()
     (drafter / "config.json").write_text(
@@ -84,8 +69,9 @@ CASES = [
     ("accumulation 0", "train", [*TRAIN, "trainer.grad_accum=0"], "trainer.grad_accum=0 must be at least 1"),
     ("save interval 0", "train", [*TRAIN, "trainer.save_every=0"], "trainer.save_every=0 must be at least 1"),
     ("shard size 0", "train", [*TRAIN, "data.shard_size=0"], "data.shard_size=0 must be at least 1"),
-    ("eval prompt count 0", "train", [*TRAIN, "eval.num_prompts=0"], "eval.num_prompts=0 must be at least 1"),
-    ("γ 0 in the sweep", "train", [*TRAIN, "eval.gamma_sweep=[0,2]"], "eval.gamma_sweep[0]=0 must be at least 1"),
+    ("eval prompt count 0", "train", [*TRAIN, "eval.num_prompts=0"], "eval.num_prompts=0 and eval.max_new_tokens"),
+    ("γ 0 in the sweep", "train", [*TRAIN, "eval.gamma_sweep=[0,2]"], "every eval.gamma_sweep value must be ≥ 1"),
+    ("unknown overlong policy", "train", [*TRAIN, "eval.overlong_prompts=cut"], "eval.overlong_prompts='cut'; use"),
     ("unknown dtype", "train", [*TRAIN, "trainer.mixed_precision=fp8"], "trainer.mixed_precision='fp8'; use one of"),
     ("negative learning rate", "train", [*TRAIN, "trainer.lr=-1"], "trainer.lr=-1.0 must be positive"),
     ("no new tokens", "train", [*TRAIN, "data.sampling.max_new_tokens=0"], "data.sampling.max_new_tokens=0 must be"),
@@ -107,6 +93,18 @@ CASES = [
         "no-model does not exist; give a local HF model directory or a Hub id",
     ),
     ("prompts without a user turn", "train", [*TRAIN, "data.prompts={f}/no-user.jsonl"], "have no user turn"),
+    (
+        "prompts that would pass the target's context",
+        "train",
+        [*TRAIN, "data.max_prompt_tokens=1000", "data.sampling.max_new_tokens=100"],
+        "pass the target's context of 1024 tokens; set data.max_prompt_tokens to at most 924",
+    ),
+    (
+        "an eval prompt longer than the target's context",
+        "eval",
+        ["drafter_dir={f}/real-draft", "prompts={f}/long.jsonl", "out_dir={t}/out", "target_path={micro}"],
+        "error: eval prompt 1 has",
+    ),
     ("distill without out_dir", "distill", ["target=micro"], "out_dir is required; pass out_dir=..."),
     ("unknown data group", "distill", ["data=nope", "out_dir={t}/out"], "data=nope is not one of the data configs"),
     (
@@ -150,7 +148,7 @@ CASES = [
         "Medusa heads in the original layout",
         "eval",
         ["drafter_dir={f}/medusa-original", "prompts={f}/ok.jsonl", "out_dir={t}/out", "target_path={micro}"],
-        "FasterDecoding/Medusa's original layout",
+        "FasterDecoding/Medusa's original layout; convert them first: python scripts/convert_medusa.py",
     ),
     (
         "eval of a directory that is no drafter",
@@ -206,7 +204,7 @@ def test_a_stale_lock_from_a_dead_process_is_taken_over_with_a_message(tmp_path,
         owner = json.loads(tmp_path.joinpath(LOCK_FILE).read_text())
     assert owner["pid"] != 999999
     assert "took over the lock of pid 999999 on gone" in capsys.readouterr().err
-    assert tmp_path.joinpath(LOCK_FILE).read_text() == ""  # released cleanly: nothing for the next one to take over
+    assert not tmp_path.joinpath(LOCK_FILE).exists()  # released cleanly: nothing left, nothing to take over
 
 
 def test_a_run_directory_keeps_nothing_a_killed_write_left(tmp_path):

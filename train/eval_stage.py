@@ -50,7 +50,8 @@ def eval_prompt_ids(run: Run, tokenizer, max_len: int) -> list[list[int]]:
     conversations = load_conversations(
         source, cfg.eval_split, toyworld_prompts(cfg.target.name_or_path, cfg.eval_split)
     )
-    return prompt_ids(conversations, tokenizer, limit=cfg.eval.num_prompts + cfg.eval.warmup_prompts, max_len=max_len)
+    limit = cfg.eval.num_prompts + cfg.eval.warmup_prompts
+    return prompt_ids(conversations, tokenizer, limit=limit, max_len=max_len, overlong=cfg.eval.overlong_prompts)
 
 
 def eval_stage(run: Run) -> dict:

@@ -25,6 +25,7 @@ from typing import Optional
 
 from distill.lock import exclusive
 from distill.shards import atomic_write_text
+from train.claim_check import VERIFY_PROMPTS, verify_claim
 from train.publish import PublishError, check_publishable
 
 INDEX = "index.json"
@@ -64,6 +65,7 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
         "path": dest.relative_to(hub).as_posix(),
         "export_sha256": prov.get("export_sha256"),
         "published": published,
+        "verified": None,  # the re-measured figures (train/claim_check.py), where the publish re-measured
     }
 
 
@@ -107,14 +109,27 @@ def _before_index() -> None:
 
 
 def publish_local(
-    drafter_dir: str | Path, hub_dir: str | Path, min_tau: Optional[float] = None, *, gated: Optional[dict] = None
+    drafter_dir: str | Path,
+    hub_dir: str | Path,
+    min_tau: Optional[float] = None,
+    *,
+    gated: Optional[dict] = None,
+    verify_prompts: int = VERIFY_PROMPTS,
+    verified: Optional[dict] = None,
 ) -> dict:
-    """Gate, then add `drafter_dir` to the registry as the next version of its model; return its index entry.
+    """Gate, re-measure, then add `drafter_dir` to the registry as the next version of its model; return its row.
 
     One writer at a time (the registry's lock; others wait up to LOCK_WAIT_SECONDS), so racing
-    publishes each get their own version and index row. `gated`: the provenance the caller has just
-    passed through train.publish.gate (the publish stage)."""
+    publishes each get their own version and index row.
+
+    Args:
+        gated: the provenance the caller has just passed through train.publish.gate (the publish stage).
+        verify_prompts: eval prompts re-decoded before publishing (train/claim_check.py); 0 = trust the figures.
+        verified: the re-measured figures, where the caller has just re-measured them.
+    """
     prov = gated if gated is not None else check_publishable(drafter_dir, min_tau)
+    if verified is None and verify_prompts:
+        verified = verify_claim(drafter_dir, prov, verify_prompts)  # outside the lock: other publishes go on
     hub = Path(hub_dir)
     with exclusive(hub, "registry", wait_seconds=LOCK_WAIT_SECONDS):
         rows = repair(hub)
@@ -129,7 +144,7 @@ def publish_local(
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         _before_index()
-        entry = _entry(prov, dest, hub, _now())
+        entry = _entry(prov, dest, hub, _now()) | {"verified": verified}
         _write_index(hub, rows + [entry])
     return entry
 
@@ -145,6 +160,10 @@ def list_drafters(hub_dir: str | Path, target: Optional[str] = None) -> list[dic
 
 def _fmt(x, spec=".3f") -> str:
     return "–" if x is None else format(x, spec)
+
+
+def _verified(v: Optional[dict]) -> str:
+    return "–" if not v else f"τ {v['tau']:.3f} on {v['prompts']} prompts ({v['device']})"
 
 
 def render_catalog(drafters: list[dict]) -> str:
@@ -164,6 +183,7 @@ def render_catalog(drafters: list[dict]) -> str:
                     "–"
                     if not d["served"]
                     else f"{d['served']['verdict']} (vLLM {d['served']['version']}, τ {d['served']['tau']:.3f})",
+                    _verified(d.get("verified")),
                     f"{d['size_bytes'] / 1e6:.1f} MB",
                     d["published"][:10],
                 )
@@ -173,7 +193,7 @@ def render_catalog(drafters: list[dict]) -> str:
         )
         sections.append(
             f"<h2>{html.escape(target)}</h2>\n<table><tr><th>drafter</th><th>kind</th><th>τ</th><th>α</th>"
-            "<th>speed-up</th><th>served check</th><th>size</th><th>published</th><th></th></tr>"
+            "<th>speed-up</th><th>served check</th><th>re-measured</th><th>size</th><th>published</th><th></th></tr>"
             f"{rows}</table>"
         )
     body = "\n".join(sections) or "<p>No drafters published yet.</p>"

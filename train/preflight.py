@@ -61,8 +61,8 @@ PRECISIONS = ("auto", "no", "bf16", "fp16")
 
 
 def _check_sizes(cfg: RunConfig) -> None:
-    """Counts and sizes that would fail (or silently do nothing) only once a stage runs."""
-    t, d, e = cfg.trainer, cfg.data, cfg.eval
+    """Counts and sizes that would fail (or silently do nothing) only once a stage runs (eval's own: eval.run)."""
+    t, d = cfg.trainer, cfg.data
     at_least_one = {
         "trainer.batch_size": t.batch_size,
         "trainer.grad_accum": t.grad_accum,
@@ -74,11 +74,6 @@ def _check_sizes(cfg: RunConfig) -> None:
         "data.shard_size": d.shard_size,
         "data.max_prompt_tokens": d.max_prompt_tokens,
         "data.sampling.max_new_tokens": d.sampling.max_new_tokens,
-        "eval.num_prompts": e.num_prompts,
-        "eval.max_new_tokens": e.max_new_tokens,
-        "eval.batch_size": e.batch_size,
-        "eval.num_speculative_tokens": e.num_speculative_tokens,
-        **{f"eval.gamma_sweep[{i}]": g for i, g in enumerate(e.gamma_sweep)},
     }
     for key, value in at_least_one.items():
         if value < 1:
@@ -87,7 +82,6 @@ def _check_sizes(cfg: RunConfig) -> None:
         "trainer.max_steps": t.max_steps,
         "trainer.warmup_steps": t.warmup_steps,
         "data.max_prompts": d.max_prompts,
-        "eval.warmup_prompts": e.warmup_prompts,
     }.items():
         if value < 0:
             raise PipelineError(f"{key}={value} must be 0 or more")

@@ -13,6 +13,7 @@ from distill.target import load_tokenizer, resolve_target
 from eval.report import SAMPLES
 from heads.families import get_family, write_provenance
 from heads.formats.fingerprint import served_files_hash
+from train.claim_check import verify_claim
 from train.eval_stage import REPORT
 from train.local_hub import publish_local
 from train.publish import PublishError, check_report, gate, push_to_hub
@@ -61,9 +62,13 @@ def publish_stage(run: Run) -> dict:
     check_report(report, cfg.publish.min_tau, str(paths.drafter), samples)  # the samples, where eval wrote them
     prov = gate(provenance(run, report), paths.drafter, cfg.publish.min_tau)  # stale export, format checks
     write_provenance(paths.drafter, prov, samples.read_text())  # the evidence travels with the drafter
-    record = {"stage_hash": run.stage_hash, "registry": None, "hub": None}
+    record = {"stage_hash": run.stage_hash, "registry": None, "hub": None, "verified": None}
+    if cfg.publish.verify_prompts and (cfg.publish.hub_dir or cfg.publish.repo_id):
+        record["verified"] = verify_claim(paths.drafter, prov, cfg.publish.verify_prompts, str(run.device))
     if cfg.publish.hub_dir:
-        entry = publish_local(paths.drafter, cfg.publish.hub_dir, gated=prov)
+        entry = publish_local(
+            paths.drafter, cfg.publish.hub_dir, gated=prov, verified=record["verified"], verify_prompts=0
+        )
         record["registry"] = f"{cfg.publish.hub_dir}/{entry['path']}"
         print(f"[publish] {record['registry']}")
     if cfg.publish.repo_id:

@@ -21,6 +21,7 @@ from heads.formats.speculators import (
     filled,
     read_checked,
     speculators_config,
+    with_defaults,
     write_checked,
 )
 from heads.lint import lint_peagle
@@ -48,4 +49,5 @@ def load_peagle(path: str | Path) -> PEagleDrafter:
         raise HeadsError(
             f"{path}/{CONFIG} has max_draft_tokens={k!r}; a P-EAGLE export states the K it was trained for"
         )
-    return filled(PEagleDrafter(arch_from_config(config), config["mask_token_id"], k), tensors, path)
+    arch = arch_from_config(config)
+    return filled(PEagleDrafter(arch, config["mask_token_id"], k), with_defaults(arch, tensors, None, path), path)

@@ -66,9 +66,32 @@ def test_layer_ids_are_the_residual_stream_entering_each_decoder_layer(target, p
     torch.testing.assert_close(logits, out.logits)
 
 
-def test_training_time_test_equals_step_by_step_decoding(drafter, target, prompt_ids):
+def _with_norms(drafter, **flags):
+    """`drafter` with speculators' optional norms switched on (their weights away from 1, as if trained)."""
+    from dataclasses import replace
+
+    out = Eagle3Drafter(replace(drafter.arch, **flags))
+    missing, _ = out.load_state_dict(drafter.state_dict(), strict=False)
+    with torch.no_grad():
+        for name, p in out.named_parameters():
+            if name in missing:
+                p.uniform_(0.5, 1.5)
+    return out.eval()
+
+
+NORMS = {
+    "plain": {},
+    "norm_before_fc+norm_output": {"norm_before_fc": True, "norm_output": True},
+    "fc_norm": {"fc_norm": True},
+}
+
+
+@pytest.mark.parametrize("norms", NORMS, ids=list(NORMS))
+def test_training_time_test_equals_step_by_step_decoding(drafter, target, prompt_ids, norms):
     """Step j at position t of the unrolled training forward = decoding the real entries up to t,
-    then j drafted entries fed with the drafter's own outputs (what the engine does)."""
+    then j drafted entries fed with the drafter's own outputs (what the engine does) — also with
+    speculators' optional norms, which change what fc reads and what the next position reads."""
+    drafter = _with_norms(drafter, **NORMS[norms])
     ids = torch.tensor([prompt_ids[1][:24]])
     features, _ = layer_features(target, ids, None, IDS)
     with torch.no_grad():
@@ -190,6 +213,35 @@ def test_linter_rejects_wrong_fc_shapes_and_implicit_layer_ids(drafter):
         for p in lint_eagle3({k: v for k, v in config.items() if k != "norm_before_residual"}, tensors)
     )
     assert any("d2t" in p for p in lint_eagle3(config, {**tensors, "d2t": tensors["d2t"] + 1}))
+    # Every speculators field vLLM honours is accepted as vLLM reads it or refused by name, never ignored.
+    layer = config["transformer_layer_config"]
+    H = layer["hidden_size"]
+    refused = {
+        "model_type='qwen3'": ({**config, "transformer_layer_config": {**layer, "model_type": "qwen3"}}, tensors),
+        "num_hidden_layers=2": ({**config, "transformer_layer_config": {**layer, "num_hidden_layers": 2}}, tensors),
+        "attention_bias=true": ({**config, "transformer_layer_config": {**layer, "attention_bias": True}}, tensors),
+        "rope_type='llama3'": (
+            {**config, "transformer_layer_config": {**layer, "rope_parameters": {"rope_type": "llama3"}}},
+            tensors,
+        ),
+        "input_norm.weight is present but norm_before_fc is false": (
+            config,
+            {**tensors, "input_norm.weight": torch.ones(3 * H)},
+        ),
+        "fc_norm.* tensors are present but fc_norm is false": (config, {**tensors, "fc_norm.0.weight": torch.ones(H)}),
+        "input_norm.weight has shape None": ({**config, "norm_before_fc": True}, tensors),
+        "norm_output must be true or false": ({**config, "norm_output": "yes"}, tensors),
+        "lm_head.weight has shape None": (config, {k: v for k, v in tensors.items() if k != "lm_head.weight"}),
+    }
+    for message, (cfg, tens) in refused.items():
+        assert any(message in p for p in lint_eagle3(cfg, tens)), (message, lint_eagle3(cfg, tens))
+    full = {**config, "draft_vocab_size": layer["vocab_size"], "target_hidden_size": None}
+    shared = {k: v for k, v in tensors.items() if k not in ("d2t", "t2d", "embed_tokens.weight", "lm_head.weight")}
+    assert lint_eagle3(full, shared) == []  # full vocabulary, target's embeddings and lm_head: as vLLM shares them
+    assert any(
+        "must be left out when draft_vocab_size equals" in p
+        for p in lint_eagle3(full, {**shared, "d2t": tensors["d2t"]})
+    )
     with pytest.raises(HeadsError, match="fc.weight has shape"):
         from heads.formats.speculators import save_speculators
 

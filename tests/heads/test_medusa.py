@@ -125,3 +125,89 @@ def test_vllm_style_configs_load_and_broken_checkpoints_are_clear_errors(tmp_pat
     (tmp_path / "m" / "medusa_tree.json").write_text(json.dumps({"paths": [[0], [1, 0]]}))
     with pytest.raises(HeadsError, match="is not a token tree"):
         MedusaHeads.from_pretrained(tmp_path / "m")
+
+
+def _original_layout(heads: MedusaHeads, path, layout: str):
+    """`heads` saved as FasterDecoding/Medusa saves them: Medusa-1 (.safetensors or .pt), head-only "medusa2",
+    or a Medusa-2 full model (prefixed heads beside the base model's weights). The config miscounts the heads,
+    as released ones do."""
+    from safetensors.torch import save_file
+
+    path.mkdir()
+    config = {"medusa_num_heads": heads.num_heads + 3, "medusa_num_layers": heads.num_layers}
+    tensors = {}
+    for h in range(heads.num_heads):
+        for layer, linear in enumerate(heads.blocks[h].layers):
+            tensors[f"{h}.{layer}.linear.weight"] = linear.weight.detach().clone()
+            tensors[f"{h}.{layer}.linear.bias"] = linear.bias.detach().clone()
+        if layout != "medusa2":
+            tensors[f"{h}.{heads.num_layers}.weight"] = heads.lm_heads[h].weight.detach().clone()
+    if layout == "medusa1.pt":
+        torch.save(tensors, path / "medusa_lm_head.pt")
+    elif layout == "full":
+        config |= {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": heads.hidden_size}
+        save_file(
+            {f"medusa_head.{k}": v for k, v in tensors.items()} | {"model.norm.weight": torch.ones(2)},
+            str(path / "model.safetensors"),
+        )
+    else:
+        save_file(tensors, str(path / "medusa_lm_head.safetensors"))
+        config |= {"version": "2"} if layout == "medusa2" else {}
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.mark.parametrize("layout", ["medusa1", "medusa1.pt", "medusa2", "full"])
+def test_original_medusa_checkpoints_are_refused_by_name_and_convert_exactly(tmp_path, target, micro_world, layout):
+    from heads.families import family_of_export
+
+    heads = _trained_like(target, num_heads=2)  # lm_heads start as the target's: what head-only heads read
+    src = _original_layout(heads, tmp_path / "original", layout)
+    with pytest.raises(
+        HeadsError,
+        match=r"FasterDecoding/Medusa's original layout; convert them first: python "
+        r"scripts/convert_medusa.py",
+    ):
+        family_of_export(src)  # never routed to another family (a full model is no draft LM)
+    code, out = _convert(src, tmp_path / "converted", micro_world.target_dir)
+    assert code == 0 and "2 Medusa heads × 2 layers" in out, out
+    assert "config.json says 5 heads; the weights hold 2" in out
+    converted = MedusaHeads.from_pretrained(tmp_path / "converted")
+    assert family_of_export(tmp_path / "converted").kind == "medusa"
+    hidden = torch.randn(3, heads.hidden_size)
+    for ours, theirs in zip(converted(hidden), heads(hidden)):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)  # a rename: the very same heads
+
+
+def _convert(src, dst, target_dir):
+    import contextlib
+    import io
+    import sys
+
+    from tests.conftest import REPO
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from convert_medusa import main
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main([str(src), str(dst), "--target", str(target_dir)])
+    return code, out.getvalue()
+
+
+def test_head_only_medusa_needs_its_target_and_a_mismatched_target_is_refused(tmp_path, target, micro_world):
+    from heads.formats.medusa_original import convert_original_medusa
+
+    src = _original_layout(_trained_like(target, num_heads=2), tmp_path / "original", "medusa2")
+    with pytest.raises(HeadsError, match="share the target's lm_head; pass the target"):
+        convert_original_medusa(src)
+    with pytest.raises(HeadsError, match="do not fit a target whose lm_head is"):
+        convert_original_medusa(src, torch.zeros(7, 5))
+    code, out = _convert(src, tmp_path / "converted", micro_world.target_dir)
+    assert code == 0
+    code, out = _convert(src, tmp_path / "converted", micro_world.target_dir)  # never overwritten
+    assert code == 2 and out.strip().splitlines() == [
+        f"error: {tmp_path / 'converted'} exists; pass a new directory (nothing is overwritten)"
+    ]

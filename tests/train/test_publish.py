@@ -3,20 +3,19 @@
 import json
 import re
 import shutil
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from distill.target import eos_token_ids
 from eval.claims import DIGEST, figures_digest, samples_digest
 from eval.report import samples_jsonl
 from heads.config import DraftLMConfig
 from heads.draft_lm import DraftLM
 from heads.families import write_provenance
 from heads.formats.fingerprint import served_files_hash
-from tests.conftest import REPO
+from tests.cli_runs import run_app, run_push
 from tests.exporting import export
 from train.local_hub import list_drafters, publish_local, read_index
 from train.publish import PublishError, check_publishable, push_to_hub
@@ -36,19 +35,24 @@ SERVED = {
 }
 
 
-def _report(export_sha256, tau=2.5, equal=4, served=None, num_prompts=4, gamma=4, steps=100):
-    """A consistent eval report (counters, figures, digest) and its samples text, as eval writes them."""
+def _report(export_sha256, tau=2.5, equal=4, served=None, num_prompts=4, gamma=4, steps=100, samples=None):
+    """A consistent eval report (counters, figures, digest) and its samples text, as eval writes them.
+
+    samples: a real eval_samples.jsonl text to claim the figures about (its prompts and equal outputs)."""
     accepted = round((tau - 1) * steps)
     mean = accepted / steps
-    samples = samples_jsonl(
-        {
-            "prompt_ids": [1, i],
-            "speculative_ids": [5, i],
-            "autoregressive_ids": [5, i if i < equal else -1],
-            "equal": i < equal,
-        }
-        for i in range(num_prompts)
-    )
+    if samples is None:
+        samples = samples_jsonl(
+            {
+                "prompt_ids": [1, i],
+                "speculative_ids": [5, i],
+                "autoregressive_ids": [5, i if i < equal else -1],
+                "equal": i < equal,
+            }
+            for i in range(num_prompts)
+        )
+    rows = [json.loads(line) for line in samples.splitlines()]
+    num_prompts, equal = len(rows), sum(r["equal"] for r in rows)
     report = {
         "target": "toyworld:micro",
         "kind": "draft_lm",
@@ -185,7 +189,7 @@ def test_local_hub_round_trips_versions_and_lists_best_first(tmp_path, target, t
         served={**SERVED, "tau": 3.05},
     )
     hub = tmp_path / "hub"
-    first, second, third = publish_local(a, hub), publish_local(a, hub), publish_local(b, hub)
+    first, second, third = (publish_local(x, hub, verify_prompts=0) for x in (a, a, b))  # figures made up: unverifiable
     assert (first["version"], second["version"], third["version"]) == (1, 2, 1)
     assert served_files_hash(hub / first["path"]) == served_files_hash(a)  # the files as evaluated
     loaded = DraftLM.from_pretrained(hub / second["path"])  # and loadable from the registry
@@ -264,12 +268,8 @@ def test_hub_upload_is_private_one_branch_per_run_and_never_overwrites(
 
 
 def _script(*args):
-    return subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "push_to_hub.py"), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    code, out, err = run_push(list(args))
+    return SimpleNamespace(returncode=code, stdout=out, stderr=err)
 
 
 def test_script_dry_run_list_and_refusal(tmp_path, target, tokenizer):
@@ -279,7 +279,7 @@ def test_script_dry_run_list_and_refusal(tmp_path, target, tokenizer):
     assert r.returncode == 0 and "would publish to" in r.stdout and "model.safetensors" in r.stdout and not hub.exists()
     r = _script(d, "--repo-id", "me/x", "--dry-run")
     assert r.returncode == 0 and "me/x@run-20261122T100000-01234567 (private)" in r.stdout
-    assert _script(d, "--hub-dir", hub).returncode == 0
+    assert _script(d, "--hub-dir", hub, "--no-verify").returncode == 0
     r = _script("--list", "--hub-dir", hub, "--target", "toyworld:micro")
     assert r.returncode == 0 and r.stdout.startswith("toyworld:micro\ttoy-draft v1\tdraft_lm\tτ 2.500")
     shutil.copytree(d, tmp_path / "weak")
@@ -301,7 +301,7 @@ def test_racing_publishes_each_get_a_version_and_an_index_row(tmp_path, target, 
     d = _published(tmp_path / "d", target, tokenizer)
     hub = tmp_path / "hub"
     monkeypatch.setattr(local_hub, "_before_index", lambda: time.sleep(0.5))
-    threads = [threading.Thread(target=publish_local, args=(d, hub)) for _ in range(2)]
+    threads = [threading.Thread(target=publish_local, args=(d, hub), kwargs={"verify_prompts": 0}) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
@@ -315,21 +315,105 @@ def test_a_publish_killed_before_the_index_update_is_indexed_by_the_next(tmp_pat
 
     d = _published(tmp_path / "d", target, tokenizer)
     hub = tmp_path / "hub"
-    publish_local(d, hub)
+    publish_local(d, hub, verify_prompts=0)
 
     def killed():
         raise KeyboardInterrupt  # the process dies here: v2 is on disk, the index does not list it
 
     monkeypatch.setattr(local_hub, "_before_index", killed)
     with pytest.raises(KeyboardInterrupt):
-        publish_local(d, hub)
+        publish_local(d, hub, verify_prompts=0)
     assert [e["version"] for e in read_index(hub)] == [1]
     monkeypatch.setattr(local_hub, "_before_index", lambda: None)
     (hub / "toyworld--micro" / "toy-draft" / ".v3-abcd1234").mkdir()  # a copy a kill interrupted
     (hub / ".index.json.4242-deadbeef.tmp").write_text("{")  # an index write a kill interrupted
-    publish_local(d, hub)
+    publish_local(d, hub, verify_prompts=0)
     index = read_index(hub)
     assert [e["version"] for e in index] == [1, 2, 3]
     assert served_files_hash(hub / index[1]["path"]) == served_files_hash(d)
     assert not list(hub.rglob(".v*-*")) and not list(hub.glob(".*.tmp"))
     assert "v2" in (hub / "index.html").read_text()
+
+
+def _measured(path, target, tokenizer, micro_world, prompt_ids):
+    """A drafter directory whose figures were really measured (evaluate on 3 held-out prompts), as eval writes them."""
+    from eval.config import EvalConfig
+    from eval.proposers import load_proposer
+    from eval.run import evaluate
+
+    torch.manual_seed(0)
+    drafter = DraftLM.from_config(
+        DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1),
+        target.config,
+        tokenizer,
+    )
+    out = export(drafter, path, tokenizer=tokenizer)
+    cfg = EvalConfig(num_prompts=3, max_new_tokens=12, num_speculative_tokens=2, gamma_sweep=[], warmup_prompts=0)
+    proposer, kind = load_proposer(out, target, len(tokenizer), cfg, torch.device("cpu"))
+    names = {"target": "toyworld:micro", "drafter": str(out), "kind": kind, "export_sha256": served_files_hash(out)}
+    evals = path.parent / f"{path.name}-eval"
+    eos = eos_token_ids(target, tokenizer)
+    report = evaluate(target, proposer, prompt_ids[:3], cfg, eos, len(tokenizer), names, out_dir=evals, progress=False)
+    prov = {
+        "kind": "draft_lm",
+        "model_name": "measured",
+        "target": {"name_or_path": "toyworld:micro", "resolved": str(micro_world.target_dir)},
+        "eval": report,
+        "export_sha256": report["export_sha256"],
+        "created": "2026-11-22T10:00:00Z",
+    }
+    write_provenance(out, prov, (evals / "eval_samples.jsonl").read_text())
+    return out
+
+
+def test_the_registry_re_measures_a_claim_and_refuses_one_it_cannot_reproduce(
+    tmp_path, target, tokenizer, micro_world, prompt_ids
+):
+    d = _measured(tmp_path / "honest", target, tokenizer, micro_world, prompt_ids)
+    claimed = json.loads((d / "drafthub.json").read_text())["eval"]
+    hub = tmp_path / "hub"
+    entry = publish_local(d, hub, verify_prompts=3)  # the registry's default: re-measure
+    verified = entry["verified"]
+    assert verified["prompts"] == 3 and verified["target_outputs_as_recorded"] == 3 and verified["lossless"] is True
+    assert verified["tau"] == pytest.approx(claimed["tau"], rel=1e-9)  # same prompts, same machine: the same τ
+    assert read_index(hub)[0]["verified"] == verified and "re-measured" in (hub / "index.html").read_text()
+    # A forger's report: real prompts and samples, a digest recomputed, every figure consistent, τ made up.
+    forged = tmp_path / "forged"
+    shutil.copytree(d, forged)
+    samples = (forged / "eval_samples.jsonl").read_text()
+    figures, _ = _report(claimed["export_sha256"], tau=2.9, gamma=2, samples=samples)
+    prov = json.loads((forged / "drafthub.json").read_text())
+    (forged / "drafthub.json").write_text(json.dumps({**prov, "eval": figures}))
+    check_publishable(forged)  # the figures alone pass: only re-measuring catches it
+    with pytest.raises(PublishError, match=r"re-measured τ [\d.]+ on 3 of its eval prompts disagrees with the claimed"):
+        publish_local(forged, hub, verify_prompts=3)
+    assert len(read_index(hub)) == 1
+
+
+def test_a_drafter_made_elsewhere_is_published_once_drafthub_has_evaluated_it(tmp_path, weak_draft, micro_world):
+    """A plain transformers draft model (no drafthub.json): python -m eval records what the gate needs beside it,
+    and the registry re-measures and hosts it."""
+    d = tmp_path / "elsewhere"
+    weak_draft.save_pretrained(d)
+    with pytest.raises(PublishError, match="no drafthub.json"):
+        check_publishable(d)
+    code, out, err = run_app(
+        "eval",
+        [
+            f"drafter_dir={d}",
+            f"prompts={micro_world.prompts_file('heldout')}",
+            f"out_dir={tmp_path / 'ev'}",
+            f"target_path={micro_world.target_dir}",
+            "eval.num_prompts=3",
+            "eval.max_new_tokens=12",
+            "eval.gamma_sweep=[]",
+        ],
+    )
+    assert code == 0, err[-2000:]
+    assert "recorded this report in" in out
+    prov = check_publishable(d)
+    assert prov["evaluated_by"] == "python -m eval" and prov["target"]["resolved"] == str(micro_world.target_dir)
+    assert prov["eval"] == json.loads((tmp_path / "ev" / "eval_report.json").read_text())
+    entry = publish_local(d, tmp_path / "hub", verify_prompts=3)
+    assert entry["kind"] == "draft_lm" and entry["verified"]["tau"] == pytest.approx(prov["eval"]["tau"], rel=1e-9)
+    assert (tmp_path / "hub" / entry["path"] / "README.md").read_text().count("made elsewhere and measured") == 1
