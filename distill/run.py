@@ -86,6 +86,11 @@ def distill(
         examples, dropped = _corpus(target, data, tokenizer), 0
     else:
         examples, dropped = _prompts(target, data, tokenizer)
+        if dropped:
+            print(
+                f"[distill] warning: dropped {dropped} prompts longer than data.max_prompt_tokens="
+                f"{data.max_prompt_tokens} or without a user turn (counted in manifest.json)"
+            )
     writer = ShardWriter(out_dir, {"config_hash": digest, "tokenizer": tokenizer_hash(tokenizer)})
     shards = [examples[i : i + data.shard_size] for i in range(0, len(examples), data.shard_size)]
     mine = [i for i in range(len(shards)) if i % data.num_shards == data.shard_index]  # all of them in one job

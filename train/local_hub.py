@@ -25,6 +25,7 @@ from typing import Optional
 
 from distill.lock import exclusive
 from distill.shards import atomic_write_text
+from eval.claims import DIGEST
 from train.claim_check import VERIFY_PROMPTS, verify_claim
 from train.publish import PublishError, check_publishable
 
@@ -64,6 +65,7 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
         "size_bytes": sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()),
         "path": dest.relative_to(hub).as_posix(),
         "export_sha256": prov.get("export_sha256"),
+        "figures_sha256": ev.get(DIGEST),
         "published": published,
         "verified": None,  # the re-measured figures (train/claim_check.py), where the publish re-measured
     }
@@ -120,7 +122,8 @@ def publish_local(
     """Gate, re-measure, then add `drafter_dir` to the registry as the next version of its model; return its row.
 
     One writer at a time (the registry's lock; others wait up to LOCK_WAIT_SECONDS), so racing
-    publishes each get their own version and index row.
+    publishes each get their own version and index row. The same files with the same figures are one
+    version: publishing them again (a rerun after a kill) returns the row they already have.
 
     Args:
         gated: the provenance the caller has just passed through train.publish.gate (the publish stage).
@@ -134,6 +137,15 @@ def publish_local(
     with exclusive(hub, "registry", wait_seconds=LOCK_WAIT_SECONDS):
         rows = repair(hub)
         base = hub / _slug(prov["target"]["name_or_path"]) / _slug(prov.get("model_name") or Path(drafter_dir).name)
+        same = [
+            row
+            for row in rows
+            if row["path"].startswith(f"{base.relative_to(hub).as_posix()}/")
+            and (row["export_sha256"], row.get("figures_sha256")) == (prov["export_sha256"], prov["eval"].get(DIGEST))
+        ]
+        if same:  # these files with these figures are there already (a rerun after a kill, or a second push)
+            print(f"[registry] {drafter_dir} is already published as {same[-1]['path']}")
+            return same[-1]
         base.mkdir(parents=True, exist_ok=True)
         version = 1 + max((int(p.name[1:]) for p in base.glob("v*") if p.name[1:].isdigit()), default=0)
         dest = base / f"v{version}"

@@ -54,3 +54,47 @@ def test_lora_drafter_exports_merged_weights(tmp_path, target, tokenizer, prompt
     ids = torch.tensor([prompt_ids[0]])
     torch.testing.assert_close(loaded(ids).logits, drafter(ids).logits, rtol=1e-4, atol=1e-4)
     assert not any("lora" in k for k in loaded.state_dict())
+
+
+def test_an_export_killed_at_any_point_leaves_a_complete_one_and_the_rerun_is_identical(
+    tmp_path, target, tokenizer, monkeypatch
+):
+    """Killed while writing (the old export stays), or between the two renames of the swap (the old one waits as
+    .drafter-old, which the next run puts back): either way the rerun writes the same files."""
+    import os
+
+    import pytest
+
+    from heads.formats import staging
+    from heads.formats.fingerprint import served_files_hash
+    from train.run_dir import clean_debris
+
+    torch.manual_seed(0)
+    drafter = DraftLM.from_config(
+        DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1),
+        target.config,
+        tokenizer,
+    )
+    out = export(drafter, tmp_path / "drafter", tokenizer=tokenizer)
+    before = served_files_hash(out)
+    with pytest.raises(KeyboardInterrupt):
+        with staging.staged_directory(out) as tmp:
+            (tmp / "config.json").write_text("{")  # half written
+            raise KeyboardInterrupt
+    assert served_files_hash(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["drafter"]
+    real_replace, calls = os.replace, []
+
+    def killed_between_renames(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # after drafter → .drafter-old, before the new one is renamed in
+        real_replace(src, dst)
+
+    monkeypatch.setattr(staging.os, "replace", killed_between_renames)
+    with pytest.raises(KeyboardInterrupt):
+        export(drafter, out, tokenizer=tokenizer)
+    monkeypatch.setattr(staging.os, "replace", real_replace)
+    assert not out.exists() and (tmp_path / ".drafter-old").is_dir()
+    clean_debris(tmp_path)  # what the next run does first
+    assert served_files_hash(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["drafter"]
+    assert served_files_hash(export(drafter, out, tokenizer=tokenizer)) == before  # the rerun: identical files

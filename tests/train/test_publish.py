@@ -189,8 +189,11 @@ def test_local_hub_round_trips_versions_and_lists_best_first(tmp_path, target, t
         served={**SERVED, "tau": 3.05},
     )
     hub = tmp_path / "hub"
-    first, second, third = (publish_local(x, hub, verify_prompts=0) for x in (a, a, b))  # figures made up: unverifiable
+    a2 = _published(tmp_path / "a2", target, tokenizer, tau=2.25)  # the same model, measured again
+    # (figures made up: unverifiable, so not re-measured)
+    first, second, third = (publish_local(x, hub, verify_prompts=0) for x in (a, a2, b))
     assert (first["version"], second["version"], third["version"]) == (1, 2, 1)
+    assert publish_local(a, hub, verify_prompts=0) == first  # the same files and figures: one version, no copy
     assert served_files_hash(hub / first["path"]) == served_files_hash(a)  # the files as evaluated
     loaded = DraftLM.from_pretrained(hub / second["path"])  # and loadable from the registry
     assert loaded.model.config.hidden_size == 32
@@ -298,10 +301,16 @@ def test_racing_publishes_each_get_a_version_and_an_index_row(tmp_path, target, 
 
     from train import local_hub
 
-    d = _published(tmp_path / "d", target, tokenizer)
+    drafters = [_published(tmp_path / f"d{i}", target, tokenizer, tau=2.5 - i / 4) for i in range(2)]
     hub = tmp_path / "hub"
     monkeypatch.setattr(local_hub, "_before_index", lambda: time.sleep(0.5))
-    threads = [threading.Thread(target=publish_local, args=(d, hub), kwargs={"verify_prompts": 0}) for _ in range(2)]
+    # Gated here, before the threads: transformers' loading is not thread-safe (from_pretrained patches
+    # PreTrainedModel.tie_weights on the class while it loads), and processes, which publishers are, don't share it.
+    gated = [check_publishable(d) for d in drafters]
+    threads = [
+        threading.Thread(target=publish_local, args=(d, hub), kwargs={"verify_prompts": 0, "gated": g})
+        for d, g in zip(drafters, gated)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -313,7 +322,7 @@ def test_racing_publishes_each_get_a_version_and_an_index_row(tmp_path, target, 
 def test_a_publish_killed_before_the_index_update_is_indexed_by_the_next(tmp_path, target, tokenizer, monkeypatch):
     from train import local_hub
 
-    d = _published(tmp_path / "d", target, tokenizer)
+    d, d2, d3 = (_published(tmp_path / f"d{i}", target, tokenizer, tau=2.5 - i / 4) for i in range(3))
     hub = tmp_path / "hub"
     publish_local(d, hub, verify_prompts=0)
 
@@ -322,15 +331,16 @@ def test_a_publish_killed_before_the_index_update_is_indexed_by_the_next(tmp_pat
 
     monkeypatch.setattr(local_hub, "_before_index", killed)
     with pytest.raises(KeyboardInterrupt):
-        publish_local(d, hub, verify_prompts=0)
+        publish_local(d2, hub, verify_prompts=0)
     assert [e["version"] for e in read_index(hub)] == [1]
     monkeypatch.setattr(local_hub, "_before_index", lambda: None)
     (hub / "toyworld--micro" / "toy-draft" / ".v3-abcd1234").mkdir()  # a copy a kill interrupted
     (hub / ".index.json.4242-deadbeef.tmp").write_text("{")  # an index write a kill interrupted
-    publish_local(d, hub, verify_prompts=0)
+    assert publish_local(d2, hub, verify_prompts=0)["version"] == 2  # the rerun: indexed, not copied again
+    publish_local(d3, hub, verify_prompts=0)
     index = read_index(hub)
     assert [e["version"] for e in index] == [1, 2, 3]
-    assert served_files_hash(hub / index[1]["path"]) == served_files_hash(d)
+    assert served_files_hash(hub / index[1]["path"]) == served_files_hash(d2)
     assert not list(hub.rglob(".v*-*")) and not list(hub.glob(".*.tmp"))
     assert "v2" in (hub / "index.html").read_text()
 
