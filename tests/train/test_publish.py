@@ -77,15 +77,20 @@ def _report(export_sha256, tau=2.5, equal=4, served=None, num_prompts=4, gamma=4
     return {**report, DIGEST: figures_digest(report)}, samples
 
 
-def _published(path, target, tokenizer, model_name="toy-draft", min_tau=1.0, **report):
-    """A drafter directory as the publish stage writes it (drafthub.json with its bound eval report, samples)."""
+def _tiny_export(path, target, tokenizer):
+    """A small (untrained, seeded) draft LM exported to `path`."""
     torch.manual_seed(0)
     drafter = DraftLM.from_config(
         DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1),
         target.config,
         tokenizer,
     )
-    out = export(drafter, path, tokenizer=tokenizer)
+    return export(drafter, path, tokenizer=tokenizer)
+
+
+def _published(path, target, tokenizer, model_name="toy-draft", min_tau=1.0, **report):
+    """A drafter directory as the publish stage writes it (drafthub.json with its bound eval report, samples)."""
+    out = _tiny_export(path, target, tokenizer)
     figures, samples = _report(served_files_hash(out), **report)
     prov = {
         "kind": "draft_lm",
@@ -351,13 +356,7 @@ def _measured(path, target, tokenizer, micro_world, prompt_ids):
     from eval.proposers import load_proposer
     from eval.run import evaluate
 
-    torch.manual_seed(0)
-    drafter = DraftLM.from_config(
-        DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1),
-        target.config,
-        tokenizer,
-    )
-    out = export(drafter, path, tokenizer=tokenizer)
+    out = _tiny_export(path, target, tokenizer)
     cfg = EvalConfig(num_prompts=3, max_new_tokens=12, num_speculative_tokens=2, gamma_sweep=[], warmup_prompts=0)
     proposer, kind = load_proposer(out, target, len(tokenizer), cfg, torch.device("cpu"))
     names = {"target": "toyworld:micro", "drafter": str(out), "kind": kind, "export_sha256": served_files_hash(out)}
