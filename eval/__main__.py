@@ -20,6 +20,7 @@ from omegaconf import MISSING, OmegaConf
 from conf.cli import explained, run_cli
 from eval.config import EvalConfig
 from eval.errors import EvalError
+from heads.card import speed_warnings
 
 
 @dataclass
@@ -189,10 +190,16 @@ def main(cfg) -> None:
         k: report[k]
         for k in ("tau", "alpha", "speedup", "predicted_speedup", "lossless", "recommended_num_speculative_tokens")
     }
+    summary["speedup_interval"] = [report["speedup_spread"]["low"], report["speedup_spread"]["high"]]
+    summary["timing_noisy"], summary["engine"] = report["timing"]["noisy"], report["engine"]["path"]
     if "served" in report:
         summary["served"] = {
-            k: report["served"][k] for k in ("tau", "per_position_acceptance", "equal_prompts", "verdict")
+            k: report["served"][k]
+            for k in ("tau", "per_position_acceptance", "equal_prompts", "verdict", "speedup")
+            if k in report["served"]
         }
+    for warning in speed_warnings(report):
+        print(f"warning: {warning}", file=sys.stderr)
     print(json.dumps(summary))
     if report.get("served", {}).get("verdict") == "broken":
         print(f"error: the served check failed: {report['served']['reason']}", file=sys.stderr)

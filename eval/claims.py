@@ -9,7 +9,7 @@ that measured them. Two checks keep them honest wherever they arrive:
   what re-measuring (train/claim_check.py, `--verify`) is for.
 - `inconsistencies`: relations that hold for every honest measurement — α is accepted ÷ proposed,
   per-position acceptance sums to accepted ÷ drafting steps, τ is bounded by the accepted drafts
-  and by γ + 1, the speed-up is the ratio of the two throughputs, lossless matches the equal
+  and by γ + 1, the speed-ups (ours and served) are the ratios of their throughputs, lossless matches the equal
   samples. An impossible figure (τ > γ + 1, τ 9.9 beside α 0.17) fails here even with a valid digest.
 """
 
@@ -101,4 +101,8 @@ def inconsistencies(report: dict, samples: list[dict] | None = None) -> list[str
     served = report.get("served")
     if served and served.get("verdict") == "ok" and served.get("tau", 0) > depth + 1 + REL:
         out.append(f"served τ {served['tau']:.3f} exceeds γ + 1 = {depth + 1}")
+    if served and "speedup" in served:
+        rates = served["tokens_per_second"]
+        if not _close(served["speedup"], rates["speculative"] / rates["no_speculation"]):
+            out.append(f"served speed-up {served['speedup']:.3f}× is not the ratio of its served tokens/s")
     return out

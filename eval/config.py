@@ -26,6 +26,9 @@ class VLLMServeConfig:
     enforce_eager: Optional[bool] = (
         None  # None = eager on CPU (compiling costs more than the check), CUDA graphs on GPU
     )
+    # The served speed-up: each prompt decoded alone with and without the drafter, this many times each,
+    # interleaved (0 = measure acceptance only, start no second engine)
+    speed_repeats: int = 2
 
 
 @dataclass
@@ -41,6 +44,10 @@ class EvalConfig:
     # dynamic = EAGLE-2's dynamic tree shaped by eval.dynamic_tree (EAGLE drafters, greedy)
     tree: Any = None
     dynamic_tree: DynamicTreeConfig = field(default_factory=DynamicTreeConfig)
+    # the decoding path: static = pre-allocated cache and compiled fixed block widths (one row, chains, drafters
+    # without target features); dynamic = DynamicCache with slot masks (everything); auto = static where it
+    # covers the run on a GPU (eval/static_engine.py says why not on a CPU). The report names the path taken.
+    engine: str = "auto"
     batch_size: int = 1  # rows decoded together (chain or tree; speedup compares like with like)
     temperature: float = 0.0  # 0 = greedy (losslessness checked token for token)
     top_p: float = 1.0  # nucleus sampling, applied to target and drafter alike
@@ -50,6 +57,10 @@ class EvalConfig:
     typical_alpha: float = 0.3  # typical acceptance: δ (bar = min(ε, δ·exp(−entropy)))
     seed: int = 0  # sampling RNG seed
     warmup_prompts: int = 2  # untimed runs first, so allocator and kernel warm-up don't count
+    # The timing is flagged noisy (and γ is then recommended from τ and cost, not the wall clock) when the
+    # baseline's speed on the same prompt moves more than this between its two repeats (median over prompts)
+    timing_drift_tolerance: float = 0.10
+    timing_max_interval: float = 0.5  # ... or when the speed-up's 95% interval spans more than this share of it
     # a prompt that, with max_new_tokens and the drafts, would pass the target's context: refuse (one error
     # naming it) | truncate (keep its last tokens; the count is printed)
     overlong_prompts: str = "refuse"

@@ -90,6 +90,10 @@ class SlotCache:
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)  # (B, S)
         self.dense = True  # every slot valid
 
+    @property
+    def device(self) -> torch.device:
+        return self.valid.device
+
     def lengths(self) -> list[int]:
         """Number of sequence tokens cached per row."""
         if self.dense:

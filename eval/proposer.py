@@ -18,6 +18,7 @@ import torch
 
 from eval.kv_cache import SlotCache
 from eval.sampling import SamplingParams, probs_from_logits, sample
+from eval.static_engine import DYNAMIC, Engine
 
 
 @dataclass
@@ -165,9 +166,17 @@ class DraftLMProposer:
         self.model, self.vocab_size, self.tree = model, vocab_size, list(tree or [])
         self.tree_depth = len(self.tree) or None
         self.cache: Optional[SlotCache] = None
+        self.engine = DYNAMIC
+
+    def use_engine(self, engine: Engine) -> None:
+        """Draft chains on the static path too: widths 1 (a draft token) and 2 (catch-up after a full accept)."""
+        self.engine = engine if engine.static and not self.tree else DYNAMIC
+        if self.engine.static:
+            engine.static_model(self.model, widths=(1, 2))
 
     def reset(self, batch_size: int = 1, device: Optional[torch.device] = None) -> None:
-        self.cache = SlotCache(batch_size, device or next(self.model.parameters()).device)
+        device = device or next(self.model.parameters()).device
+        self.cache = self.engine.cache(self.model, batch_size, device, widths=(1, 2))
 
     @torch.no_grad()
     def propose(

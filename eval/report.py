@@ -8,6 +8,7 @@ import secrets
 from pathlib import Path
 from typing import Iterable
 
+from heads.card import speed_warnings, speedup_text, timing_device
 from heads.formats.fingerprint import SAMPLES_FILE
 
 
@@ -59,6 +60,7 @@ def render_markdown(r: dict) -> str:
     )
     rows = "\n".join(f"| {i + 1} | {a:.3f} |" for i, a in enumerate(r["per_position_acceptance"]))
     best_gamma = _fmt(r["recommended_num_speculative_tokens"], "d")
+    warnings = "".join(f"\n\n> ⚠️ {w}" for w in speed_warnings(r))
     ms = {k: r["seconds_per_step"][k] * 1e3 for k in ("draft", "target_forward", "verify_and_cache", "other")}
     text = f"""# Speculative decoding report
 
@@ -70,14 +72,18 @@ acceptance: {r["acceptance_rule"]}.
 |---|---|
 | τ (mean accepted length, bonus included) | {r["tau"]:.3f} |
 | α (draft acceptance rate) | {r["alpha"]:.3f} |
-| speedup vs our KV-cached autoregressive decoding | {r["speedup"]:.3f}× |
+| speedup vs our KV-cached autoregressive decoding (95% interval over prompts) | {speedup_text(r)} |
+| median per-prompt speedup | {_fmt((r.get("speedup_spread") or {}).get("median"))}× |
 | predicted speedup (Leviathan et al. 2023, from α and c) | {_fmt(r["predicted_speedup"])}× |
 | predicted speedup from the measured τ and c | {r["predicted_speedup_from_tau"]:.3f}× |
 | cost ratio c (drafter s/token ÷ target s/forward) | {r["cost_ratio"]:.3f} |
 | speculative tokens/s | {r["tokens_per_second"]["speculative"]:.1f} |
 | autoregressive tokens/s | {r["tokens_per_second"]["autoregressive"]:.1f} |
 | lossless | {r["lossless"]} ({r["lossless_prompts"]}/{s["num_prompts"]} outputs equal the target's greedy output) |
-| recommended `num_speculative_tokens` (fastest γ in the sweep) | {best_gamma} |
+| recommended `num_speculative_tokens` ({r.get("recommendation_basis") or "fastest γ in the sweep"}) | {best_gamma} |
+
+Timed on {timing_device(r)}; the baseline's speed moved {_fmt((r.get("timing") or {}).get("baseline_drift"), ".1%")}
+between its two runs of each prompt (median).{warnings}
 
 Time per step: draft {ms["draft"]:.2f} ms in {r["draft_forwards_per_step"]:.2f} drafter forwards,
 target forward {ms["target_forward"]:.2f} ms, accept/reject and cache {ms["verify_and_cache"]:.2f} ms,
@@ -94,14 +100,15 @@ Share of steps that accepted at least i draft tokens.
 """
     if r["gamma_sweep"]:
         sweep = "\n".join(
-            f"| {g['num_speculative_tokens']} | {g['tau']:.3f} | {g['alpha']:.3f} | {g['speedup']:.3f}× "
+            f"| {g['num_speculative_tokens']} | {g['tau']:.3f} | {g['alpha']:.3f} | {speedup_text(g)} "
             f"| {_fmt(g['predicted_speedup'])}× | {g['cost_ratio']:.3f} | {g['draft_forwards_per_step']:.2f} "
             f"| {_fmt(g.get('block_cost'))} |"
             for g in r["gamma_sweep"]
         )
         text += f"""
 ## γ sweep
-Same prompts, decoded at each γ; the recommended `num_speculative_tokens` is the fastest. Block cost:
+Same prompts, decoded at each γ; the recommended `num_speculative_tokens` is the fastest (the highest
+predicted from τ and cost when the timing was noisy). Speed-ups carry their 95% interval. Block cost:
 drafting time per step ÷ that at γ = 1 (≈ γ when each token takes a drafter forward, ≈ 1 when the
 block is drafted in one).
 
@@ -129,12 +136,24 @@ The export `{sv["drafter_dir"]}` served as is, greedy chains of γ = {sv["num_sp
 
 | | ours | served |
 |---|---|---|
-| τ (1 + accepted drafts per step, as vLLM counts) | {sv["ours"]["tau"]:.3f} | {sv["tau"]:.3f} |
+| τ (1 + accepted drafts per step, as vLLM counts) | {sv["ours"]["tau"]:.3f} | {sv["tau"]:.3f} |{_served_speed_rows(sv)}
 
 | i | ours | served |
 |---|---|---|
 {rows}
 """
+
+
+def _served_speed_rows(sv: dict) -> str:
+    """Speed-ups side by side: ours over our autoregressive decoding, vLLM's over vLLM without the drafter."""
+    if "speedup" not in sv:
+        return ""
+    tps = sv["tokens_per_second"]
+    noisy = " (noisy: " + "; ".join(sv["timing"]["reasons"]) + ")" if sv["timing"]["noisy"] else ""
+    return (
+        f"\n| speed-up vs no speculation (95% interval) | {speedup_text(sv['ours'])} | {speedup_text(sv)}{noisy} |"
+        f"\n| tokens/s with / without the drafter | | {tps['speculative']:.1f} / {tps['no_speculation']:.1f} |"
+    )
 
 
 def save_figure(fig, path: Path) -> None:
@@ -171,7 +190,10 @@ def _plot_sweep(path: Path, sweep: list[dict]) -> None:
     left.plot(gammas, [g["tau"] for g in sweep], marker="o")
     left.set_xlabel("γ (num_speculative_tokens)")
     left.set_ylabel("τ (tokens per target forward)")
-    right.plot(gammas, [g["speedup"] for g in sweep], marker="o", label="measured")
+    measured = [g["speedup"] for g in sweep]
+    spreads = [g.get("speedup_spread") or {"low": m, "high": m} for g, m in zip(sweep, measured)]
+    errors = [[m - s["low"] for m, s in zip(measured, spreads)], [s["high"] - m for m, s in zip(measured, spreads)]]
+    right.errorbar(gammas, measured, yerr=errors, marker="o", capsize=3, label="measured (95% interval)")
     right.plot(gammas, [g["predicted_speedup"] for g in sweep], marker="x", linestyle="--", label="predicted (α, c)")
     right.axhline(1.0, color="grey", linewidth=0.8)
     right.set_xlabel("γ (num_speculative_tokens)")

@@ -22,6 +22,8 @@ from eval.proposer import Proposer, begin_workload
 from eval.report import samples_jsonl, write_report
 from eval.sampling import SamplingParams
 from eval.speculative import Acceptance, autoregressive_generate, speculative_generate
+from eval.static_engine import ENGINES, choose_engine
+from eval.timing import repeat_drift, speedup_spread, timing_verdict
 
 
 def check_settings(cfg: EvalConfig) -> None:
@@ -37,6 +39,12 @@ def check_settings(cfg: EvalConfig) -> None:
             f"eval.num_prompts={cfg.num_prompts} and eval.max_new_tokens={cfg.max_new_tokens} must be ≥ 1, "
             f"eval.warmup_prompts={cfg.warmup_prompts} ≥ 0"
         )
+    if cfg.timing_drift_tolerance <= 0 or cfg.timing_max_interval <= 0:
+        raise EvalError(
+            "eval.timing_drift_tolerance and eval.timing_max_interval must be > 0 (fractions, e.g. 0.10 and 0.5)"
+        )
+    if cfg.engine not in ENGINES:
+        raise EvalError(f"eval.engine={cfg.engine!r}; use one of {list(ENGINES)}")
     if cfg.overlong_prompts not in OVERLONG:
         raise EvalError(f"eval.overlong_prompts={cfg.overlong_prompts!r}; use one of {list(OVERLONG)}")
     if (
@@ -66,6 +74,8 @@ def check_settings(cfg: EvalConfig) -> None:
         )
     if cfg.served_tolerance <= 0:
         raise EvalError("eval.served_tolerance must be > 0 (a fraction of our τ, e.g. 0.05)")
+    if cfg.vllm.speed_repeats < 0:
+        raise EvalError("eval.vllm.speed_repeats must be ≥ 0 (0 = no served speed-up, acceptance only)")
 
 
 def evaluate(
@@ -112,10 +122,32 @@ def evaluate(
     )
     generator = torch.Generator(device=device).manual_seed(cfg.seed)
     warmup, prompts = prompts[: cfg.warmup_prompts], prompts[: cfg.num_prompts]
+    engine = choose_engine(
+        cfg.engine,
+        target,
+        proposer,
+        tree=cfg.tree,
+        batch_size=cfg.batch_size,
+        # the longest sequence, plus room for the last step's block to run past max_new_tokens
+        max_len=max(map(len, warmup + prompts)) + cfg.max_new_tokens + 2 * (max(gammas) + 1),
+        widths=(1, *(g + 1 for g in gammas)),  # decoding, and verifying each γ
+    )
+    if hasattr(proposer, "use_engine"):  # a drafter with its own model cache decodes on the same path
+        proposer.use_engine(engine)
+    if engine.static:
+        engine.static_model(target)
+        engine.precompile()  # timed apart: compile time is not decoding time
 
     def run_ar(batch):
         return autoregressive_generate(
-            target, batch, cfg.max_new_tokens, params, eos_ids=eos_ids, vocab_size=vocab_size, generator=generator
+            target,
+            batch,
+            cfg.max_new_tokens,
+            params,
+            eos_ids=eos_ids,
+            vocab_size=vocab_size,
+            generator=generator,
+            engine=engine,
         )
 
     def run_spec(batch, gamma):
@@ -130,6 +162,7 @@ def evaluate(
             vocab_size=vocab_size,
             generator=generator,
             acceptance=acceptance,
+            engine=engine,
         )
 
     # A proposer that learns across requests (suffix decoding) keeps one memory per workload: the warm-up
@@ -138,40 +171,67 @@ def evaluate(
     for p in warmup:  # untimed
         run_ar([p]), [run_spec([p], g) for g in gammas]
 
-    ar = Tally()
+    ar = Tally()  # both baseline repeats: the speed-up's denominator
     spec = {g: Tally() for g in gammas}
-    bar = tqdm(total=len(prompts) * (1 + len(gammas)), desc="eval", unit="decode", disable=not progress)
+    base_runs: tuple[list, list] = ([], [])  # per batch, (tokens, seconds) of the baseline before / after
+    spec_runs: dict[int, list] = {g: [] for g in gammas}  # per batch, (tokens, seconds) at γ
+    bar = tqdm(total=len(prompts) * (2 + len(gammas)), desc="eval", unit="decode", disable=not progress)
     for start in range(0, len(prompts), cfg.batch_size):  # interleaved, so machine noise hits every side alike
         batch = prompts[start : start + cfg.batch_size]
-        t0 = time.perf_counter()
-        ar_out = run_ar(batch)
-        ar.seconds += time.perf_counter() - t0
-        ar.tokens += sum(map(len, ar_out))
-        ar.outputs += ar_out
-        bar.update(len(batch))
-        for g in gammas:
-            begin_workload(proposer, f"gamma={g}")
+        for repeat in (0, 1):  # the baseline before and after the speculative runs: their gap says how noisy
+            if repeat:
+                for g in gammas:
+                    begin_workload(proposer, f"gamma={g}")
+                    t0 = time.perf_counter()
+                    out, stats = run_spec(batch, g)
+                    spec_runs[g].append((sum(map(len, out)), time.perf_counter() - t0))
+                    spec[g].stats.add(stats)
+                    spec[g].equal_rows += sum(o == a for o, a in zip(out, ar.outputs[start:]))
+                    spec[g].outputs += out
+                    bar.set_postfix_str(f"γ={g}" if depth is None else "tree", refresh=False)
+                    bar.update(len(batch))
             t0 = time.perf_counter()
-            out, stats = run_spec(batch, g)
-            spec[g].seconds += time.perf_counter() - t0
-            spec[g].tokens += sum(map(len, out))
-            spec[g].stats.add(stats)
-            spec[g].equal_rows += sum(o == a for o, a in zip(out, ar_out))
-            spec[g].outputs += out
-            bar.set_postfix_str(f"γ={g}" if depth is None else "tree", refresh=False)
+            ar_out = run_ar(batch)
+            base_runs[repeat].append((sum(map(len, ar_out)), time.perf_counter() - t0))
+            if not repeat:
+                ar.outputs += ar_out
             bar.update(len(batch))
     bar.close()
+    base_tokens = [a + b for (a, _), (b, _) in zip(*base_runs)]
+    base_seconds = [a + b for (_, a), (_, b) in zip(*base_runs)]
+    ar.tokens, ar.seconds = sum(base_tokens), sum(base_seconds)
+    spreads = {}
+    for g in gammas:
+        spec[g].tokens, spec[g].seconds = (sum(col) for col in zip(*spec_runs[g]))
+        tokens, seconds = zip(*spec_runs[g])
+        spreads[g] = speedup_spread(list(tokens), list(seconds), base_tokens, base_seconds)
 
     sweep = [
-        decode_figures(spec[g], ar, depth or g, is_chain=depth is None) | {"num_speculative_tokens": g} for g in gammas
+        decode_figures(spec[g], ar, depth or g, is_chain=depth is None)
+        | {"num_speculative_tokens": g, "speedup_spread": {k: v for k, v in spreads[g].items() if k != "per_prompt"}}
+        for g in gammas
     ]
     add_block_cost(sweep)  # one forward per block or one per token: the sweep's drafting time says which
     main = sweep[gammas.index(cfg.num_speculative_tokens)]
-    best = max(sweep, key=lambda row: row["speedup"])
+    timing = timing_verdict(
+        repeat_drift(*zip(*base_runs[0]), *zip(*base_runs[1])),
+        spreads[cfg.num_speculative_tokens],
+        main["speedup"],
+        drift_tolerance=cfg.timing_drift_tolerance,
+        max_interval=cfg.timing_max_interval,
+        device=device,
+    )
+    # A noisy machine's wall clock cannot rank γ values: the τ-and-cost prediction (its phase timings are
+    # taken within each step, both sides alike) recommends instead, and the report says so.
+    basis = "predicted_speedup_from_tau" if timing["noisy"] else "speedup"
+    best = max(sweep, key=lambda row: row[basis])
     lossless = params.greedy or acceptance.rule == "exact"
     report = {
         **names,
-        **{k: v for k, v in main.items() if k != "num_speculative_tokens"},
+        **{k: v for k, v in main.items() if k not in ("num_speculative_tokens", "speedup_spread")},
+        "speedup_spread": spreads[cfg.num_speculative_tokens],
+        "timing": timing,
+        "engine": engine.describe(),
         "tokens_per_second": {"speculative": main["tokens_per_second"], "autoregressive": ar.tokens / ar.seconds},
         # Greedy: every output must equal the target's own. Exact sampling: the outputs differ
         # by chance, exactness rests on rejection sampling (tested statistically). Typical: lossy.
@@ -183,6 +243,9 @@ def evaluate(
         if params.greedy
         else ("exact rejection sampling" if lossless else "typical acceptance (lossy)"),
         "recommended_num_speculative_tokens": None if depth else best["num_speculative_tokens"],
+        "recommendation_basis": None
+        if depth
+        else ("measured speed-up" if basis == "speedup" else "predicted from τ and cost (timing was noisy)"),
         "gamma_sweep": sweep if len(sweep) > 1 else [],
         "settings": {**asdict(cfg), "num_prompts": len(prompts), "device": str(device)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -9,6 +9,11 @@ the same way (1 + Σ per-position acceptance). The verdict is `ok` when served �
 `tolerance` (relative) of ours and every served output equals the target's greedy output, else
 `broken`.
 
+It also measures what a user deploying the drafter will get: the served speed-up. A second engine
+serves the target without the drafter, and every prompt is decoded alone on both (interleaved,
+repeated `eval.vllm.speed_repeats` times), giving served tokens/s both ways, the speed-up with its
+spread and the same noise flag as our engine's timing (eval/timing.py).
+
 vLLM is an optional extra, imported only here and only when the check runs.
 """
 
@@ -21,9 +26,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
+import torch
+
 from eval.config import EvalConfig, VLLMServeConfig
 from eval.errors import EvalError
 from eval.run import evaluate
+from eval.timing import repeat_drift, speedup_spread, timing_verdict
 from heads.families import family_of_export
 from heads.formats.fingerprint import served_files_hash
 
@@ -94,6 +102,80 @@ def _counters(metrics) -> tuple[int, int, list[int], int]:
     return drafts, accepted, per_pos, draft_tokens
 
 
+def _start_engine(target: str, settings: VLLMServeConfig, speculative_config: Optional[dict], **kwargs):
+    """One vLLM engine for the target, with the drafter (speculative_config) or without it (None)."""
+    import torch
+    from vllm import LLM
+
+    on_gpu = torch.cuda.is_available()
+    return LLM(
+        model=target,
+        seed=0,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        gpu_memory_utilization=settings.memory_fraction or (0.9 if on_gpu else 0.2),
+        enforce_eager=(not on_gpu) if settings.enforce_eager is None else settings.enforce_eager,
+        speculative_config=speculative_config,
+        disable_log_stats=False,  # the spec-decode counters are stats
+        **kwargs,
+    )
+
+
+def _shutdown(llm) -> None:
+    llm.llm_engine.engine_core.shutdown()
+    del llm
+    gc.collect()
+
+
+def _timed(llm, request, params) -> tuple[int, float]:
+    """Tokens generated for one request, alone, and the seconds it took (end to end, as a client sees it)."""
+    t0 = time.perf_counter()
+    out = llm.generate([request], params, use_tqdm=False)
+    return len(out[0].outputs[0].token_ids), time.perf_counter() - t0
+
+
+def served_speed(spec_llm, base_llm, requests: list, params, *, repeats: int, cfg: EvalConfig) -> dict:
+    """vLLM with the drafter vs vLLM without it: tokens/s both ways, the speed-up, its spread and noise flag.
+
+    Each prompt is sent alone (batch 1, as our engine's eval decodes), to one engine then the other,
+    the order alternating per prompt and repeat, so that drift on the machine hits both sides alike.
+    """
+    spec_runs = [[0, 0.0] for _ in requests]
+    base_runs = [[[0, 0.0] for _ in requests] for _ in range(repeats)]
+    for r in range(repeats):
+        for i, request in enumerate(requests):
+            engines = [("spec", spec_llm), ("base", base_llm)]
+            for side, llm in engines if (r + i) % 2 == 0 else engines[::-1]:
+                tokens, seconds = _timed(llm, request, params)
+                run = spec_runs[i] if side == "spec" else base_runs[r][i]
+                run[0] += tokens
+                run[1] += seconds
+    base_tokens = [sum(base_runs[r][i][0] for r in range(repeats)) for i in range(len(requests))]
+    base_seconds = [sum(base_runs[r][i][1] for r in range(repeats)) for i in range(len(requests))]
+    spec_tokens, spec_seconds = [t for t, _ in spec_runs], [s for _, s in spec_runs]
+    tps = {
+        "speculative": sum(spec_tokens) / sum(spec_seconds),
+        "no_speculation": sum(base_tokens) / sum(base_seconds),
+    }
+    speedup = tps["speculative"] / tps["no_speculation"]
+    spread = speedup_spread(spec_tokens, spec_seconds, base_tokens, base_seconds)
+    first, last = base_runs[0], base_runs[-1]
+    drift = repeat_drift(*zip(*first), *zip(*last)) if repeats > 1 else 0.0
+    return {
+        "speedup": speedup,
+        "speedup_spread": spread,
+        "tokens_per_second": tps,
+        "speed_repeats": repeats,
+        "timing": timing_verdict(
+            drift,
+            spread,
+            speedup,
+            drift_tolerance=cfg.timing_drift_tolerance,
+            max_interval=cfg.timing_max_interval,
+            device=torch.device("cuda" if torch.cuda.is_available() else "cpu"),
+        ),
+    }
+
+
 def serve_and_decode(
     target: str,
     speculative_config: dict,
@@ -105,8 +187,10 @@ def serve_and_decode(
     settings: VLLMServeConfig,
     trust_remote_code: bool = False,
     one_at_a_time: bool = False,
-) -> tuple[list[list[int]], tuple[int, int, list[int], int]]:
-    """Greedy outputs per prompt (end token kept) and vLLM's counters (drafts, accepted, per position).
+    speed: Optional[EvalConfig] = None,
+) -> tuple[list[list[int]], tuple[int, int, list[int], int], Optional[dict]]:
+    """Greedy outputs per prompt (end token kept), vLLM's counters (drafts, accepted, per position, draft
+    tokens), and, when `speed` (the eval settings) is given, `served_speed` against vLLM without the drafter.
 
     one_at_a_time: send the prompts one after another, in order, instead of together (for a drafter
         that drafts from earlier requests' outputs, so it sees the history our engine's eval gave it).
@@ -114,25 +198,18 @@ def serve_and_decode(
     reason = vllm_missing_reason()
     if reason:
         raise EvalError(f"eval.serve=vllm: {reason}")
-    import torch
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    on_gpu = torch.cuda.is_available()
-    llm = LLM(
-        model=target,
+    engine_args = dict(
         dtype=dtype,
-        seed=0,
         trust_remote_code=trust_remote_code,
-        tensor_parallel_size=settings.tensor_parallel_size,
-        gpu_memory_utilization=settings.memory_fraction or (0.9 if on_gpu else 0.2),
-        enforce_eager=(not on_gpu) if settings.enforce_eager is None else settings.enforce_eager,
         # Room for 2γ past the longest output: with less, vLLM replaces every row's draft by γ
         # placeholder tokens when the longest row nears the end, and counts them as drafts.
         max_model_len=max(map(len, prompts)) + max_new_tokens + 2 * speculative_config["num_speculative_tokens"] + 1,
-        speculative_config=speculative_config,
-        disable_log_stats=False,  # the spec-decode counters are stats
     )
+    llm = _start_engine(target, settings, speculative_config, **engine_args)
+    base = None
     try:
         params = SamplingParams(
             temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=sorted(eos_ids), detokenize=False
@@ -141,11 +218,18 @@ def serve_and_decode(
         batches = [[r] for r in requests] if one_at_a_time else [requests]
         outs = [o for batch in batches for o in llm.generate(batch, params, use_tqdm=False)]
         outputs = [list(o.outputs[0].token_ids) for o in outs]  # the counters add up over the calls
-        return outputs, _counters(llm.get_metrics())
+        counters = _counters(llm.get_metrics())  # before the timed runs, which add to them
+        timing = None
+        if speed is not None and speed.vllm.speed_repeats > 0:
+            base = _start_engine(target, settings, None, **engine_args)
+            for request in requests[: speed.warmup_prompts]:  # untimed, as in our engine's eval
+                _timed(llm, request, params), _timed(base, request, params)
+            timing = served_speed(llm, base, requests, params, repeats=speed.vllm.speed_repeats, cfg=speed)
+        return outputs, counters, timing
     finally:
-        llm.llm_engine.engine_core.shutdown()
-        del llm
-        gc.collect()
+        _shutdown(llm)
+        if base is not None:
+            _shutdown(base)
 
 
 def served_check(
@@ -174,7 +258,7 @@ def served_check(
         raise EvalError(f"vLLM does not serve {family.kind} drafters; set eval.serve=null")
     t0 = time.perf_counter()
     with family.serve_patch(Path(drafter_dir)):  # the family's workaround for a known vLLM bug, if any
-        outputs, (drafts, accepted, per_pos, draft_tokens) = serve_and_decode(
+        outputs, (drafts, accepted, per_pos, draft_tokens), speed = serve_and_decode(
             target,
             speculative_config,
             prompts,
@@ -184,6 +268,8 @@ def served_check(
             settings=cfg.vllm,
             trust_remote_code=trust_remote_code,
             one_at_a_time=family.serve_in_order and cfg.batch_size == 1,
+            # A drafter that learns from earlier requests would see them again in the timed runs.
+            speed=None if family.serve_in_order else cfg,
         )
     figures = served_figures(drafts, accepted, per_pos, gamma, draft_tokens)
     equal = sum(o == r for o, r in zip(outputs, reference))
@@ -197,10 +283,13 @@ def served_check(
         "method": speculative_config["method"],
         "num_speculative_tokens": gamma,
         **figures,
+        **(speed or {}),
         "ours": {
             "tau": our_tau,
             "tau_tokens_per_forward": ours["tau"],
             "per_position_acceptance": ours["per_position_acceptance"],
+            "speedup": ours["speedup"],
+            "speedup_spread": {k: v for k, v in ours["speedup_spread"].items() if k != "per_prompt"},
         },
         "equal_prompts": equal,
         "num_prompts": len(prompts),

@@ -15,6 +15,7 @@ import torch
 from eval.kv_cache import SlotCache, keep_first
 from eval.proposer import Proposal, Proposer, TargetFeatures
 from eval.sampling import SamplingParams, probs_from_logits, sample
+from eval.static_engine import DYNAMIC, Engine
 from eval.verify import greedy_verify, rejection_sample, tree_greedy_verify, tree_rejection_sample, typical_verify
 from heads.target_features import last_layer_output, select_layers
 
@@ -110,7 +111,7 @@ def speculative_step(
         per row, the new tokens: the accepted draft path plus the corrected or bonus token;
         and per row, its number of real draft nodes (0: the step was a plain decoding step).
     """
-    device = cache.valid.device
+    device = cache.device
     # 1. Draft a chain or tree per row, keeping the q each token was drawn from. Rows may draft
     #    fewer nodes (num_draft): the block is cut to the longest real draft, so a step where
     #    no row drafts is one target forward over the last tokens, a plain decoding step.
@@ -223,10 +224,14 @@ def speculative_generate(
     vocab_size: int,
     generator=None,
     acceptance: Acceptance = Acceptance(),
+    engine: Engine = DYNAMIC,
 ) -> tuple[list[list[int]], DecodeStats]:
-    """Decode up to max_new_tokens after each prompt (a batch of rows). Returns new ids per row and stats."""
+    """Decode up to max_new_tokens after each prompt (a batch of rows). Returns new ids per row and stats.
+
+    engine: the path the target decodes on (eval/static_engine.py); the proposer was given it already.
+    """
     device = next(target.parameters()).device
-    stats, cache = DecodeStats(), SlotCache(len(prompts), device)
+    stats, cache = DecodeStats(), engine.cache(target, len(prompts), device)
     proposer.reset(len(prompts), device)
     _prefill(target, cache, proposer, prompts)
     sequences = [list(p) for p in prompts]
@@ -264,9 +269,10 @@ def autoregressive_generate(
     eos_ids: set[int],
     vocab_size: int,
     generator=None,
+    engine: Engine = DYNAMIC,
 ) -> list[list[int]]:
-    """Plain KV-cached decoding, one target forward per token: the speed-up baseline."""
-    cache = SlotCache(len(prompts), next(target.parameters()).device)
+    """Plain KV-cached decoding, one target forward per token: the speed-up baseline (on the same engine path)."""
+    cache = engine.cache(target, len(prompts), next(target.parameters()).device)
     logits = cache.feed(target, prompts, logits_to_keep=1).logits[:, -1, :vocab_size]  # (B, V)
     generated = [[] for _ in prompts]
     done = [False] * len(prompts)

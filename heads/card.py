@@ -14,8 +14,9 @@ def render_model_card(provenance: dict, *, library: str, usage: str, details: st
     per_pos = ", ".join(f"{a:.2f}" for a in ev.get("per_position_acceptance", []))
     acceptance_row = (
         f"| {ev.get('tau', float('nan')):.3f} | {ev.get('alpha', float('nan')):.3f} "
-        f"| {ev.get('speedup', float('nan')):.2f}× | {_shape(ev)} | {ev.get('lossless')} |"
+        f"| {speedup_text(ev)} | {_shape(ev)} | {ev.get('lossless')} |"
     )
+    warnings = "".join(f"\n> ⚠️ {w}\n" for w in speed_warnings(ev))
     return f"""---
 library_name: {library}
 pipeline_tag: text-generation
@@ -32,18 +33,58 @@ A `{kind}` drafter for speculative decoding with target `{target}`, {_origin(pro
 
 ## Measured acceptance (drafthub eval, {ev.get("settings", {}).get("num_prompts", "?")} held-out prompts)
 
-| τ (mean accepted length) | α | speedup vs autoregressive | γ or tree | lossless |
+| τ (mean accepted length) | α | speed-up vs autoregressive (95% interval) | γ or tree | lossless |
 |---|---|---|---|---|
 {acceptance_row}
 
-Per-position acceptance: {per_pos or "n/a"}. Recommended `num_speculative_tokens` (fastest in
-the γ sweep): {ev.get("recommended_num_speculative_tokens", "n/a")}.{_served_line(ev)}
+Timed on {timing_device(ev)}.
+{warnings}
+Per-position acceptance: {per_pos or "n/a"}. Recommended `num_speculative_tokens`
+({ev.get("recommendation_basis") or "fastest in the γ sweep"}): {ev.get("recommended_num_speculative_tokens", "n/a")}.\
+{_served_line(ev)}
 {training_line(provenance.get("training_data"))}{details}
 
 {usage}
 
 Provenance (target revision, tokenizer hash, data manifest, resolved recipe) is in `drafthub.json`.
 """
+
+
+def speedup_text(ev: dict, key: str = "speedup", spread_key: str = "speedup_spread") -> str:
+    """A speed-up never stands alone: "1.42× (1.31–1.55×)", its 95% interval over prompts beside it."""
+    value, spread = ev.get(key), ev.get(spread_key)
+    if not isinstance(value, (int, float)):
+        return "n/a"
+    if not spread:
+        return f"{value:.2f}× (no interval recorded; re-run `python -m eval` to measure one)"
+    return f"{value:.2f}× ({spread['low']:.2f}–{spread['high']:.2f}×)"
+
+
+def timing_device(ev: dict) -> str:
+    """The device a report's speed-ups were measured on."""
+    timing = ev.get("timing") or {}
+    return timing.get("device_name") or (ev.get("settings") or {}).get("device") or "an unrecorded device"
+
+
+def speed_warnings(ev: dict) -> list[str]:
+    """What a reader must know before trusting the speed-up: noisy timing, or speculation slowing decoding."""
+    out = []
+    timing = ev.get("timing") or {}
+    if timing.get("noisy"):
+        out.append(
+            "The timing was noisy (" + "; ".join(timing.get("reasons", [])) + "): the speed-up is not reliable "
+            "and γ was recommended from τ and the drafting cost instead."
+        )
+    speedup = ev.get("speedup")
+    if isinstance(speedup, (int, float)) and speedup < 1:
+        out.append(
+            f"Measured speed-up {speedup:.2f}× on {timing_device(ev)}: speculative decoding with this drafter "
+            "was slower than plain decoding there."
+        )
+    served = ev.get("served") or {}
+    if isinstance(served.get("speedup"), (int, float)) and served["speedup"] < 1:
+        out.append(f"Served by vLLM the speed-up was {served['speedup']:.2f}×: slower than vLLM without speculation.")
+    return out
 
 
 def _origin(provenance: dict) -> str:
@@ -96,6 +137,12 @@ def _served_line(ev: dict) -> str:
         f" served these files with τ {sv['tau']:.3f} against drafthub's {sv['ours']['tau']:.3f}"
         " (both as 1 + accepted drafts per step), outputs equal to the"
         f" target's greedy output on {sv['equal_prompts']}/{sv['num_prompts']} prompts: **{sv['verdict']}**."
+        + (
+            f" Served speed-up over vLLM without speculation: {speedup_text(sv)}"
+            f" (drafthub's engine on the same prompts: {speedup_text(ev)})."
+            if "speedup" in sv
+            else ""
+        )
     )
 
 

@@ -4,10 +4,15 @@ On the toy target with a trained toy draft LM, greedy, the same prompts and γ, 
     (a) our KV-cached autoregressive decoding,
     (b) our speculative decoding,
     (c) transformers' generate(assistant_model=draft) with a fixed γ (constant schedule, no
-        confidence early exit), and, for context, transformers' plain greedy generate,
+        confidence early exit), and, for context, transformers' plain greedy generate and our
+        speculative decoding on the other engine path,
 interleaved per prompt, checks that (a), (b) and (c) produce identical tokens, and prints one
 JSON line: tokens/s of each, speedup (b)/(a), ratio (b)/(c), measured α, τ, c, the predicted
-speedups, and where the time of one speculative step goes.
+speedups, where the time of one speculative step goes, and the compile time (spent before the
+timed runs, excluded from throughput, as gpt-fast reports it).
+
+(a) and (b) run on `--engine` (default static: pre-allocated cache, compiled fixed block widths;
+eval/static_engine.py); the contender `ours_speculative_<other>` runs on the other path.
 
     python -m train                                   # once: trains and publishes the toy drafter
     python scripts/bench_spec_decode.py [--drafter runs/toy/<ts>/drafter] [--gamma 4]
@@ -61,6 +66,9 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=24)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument(
+        "--engine", choices=["static", "dynamic"], default="static", help="our engine path for (a), (b)"
+    )
     args = parser.parse_args()
 
     from transformers import AutoModelForCausalLM
@@ -71,6 +79,7 @@ def main() -> None:
     from eval.proposer import DraftLMProposer
     from eval.sampling import SamplingParams
     from eval.speculative import autoregressive_generate, speculative_generate
+    from eval.static_engine import DYNAMIC, choose_engine
 
     drafter = args.drafter or _newest_toy_drafter()
     if drafter is None or not (drafter / "drafthub.json").exists():
@@ -88,19 +97,59 @@ def main() -> None:
     draft.generation_config.assistant_confidence_threshold = 0.0
 
     eos, pad, vocab = tokenizer.eos_token_id, tokenizer.pad_token_id, len(tokenizer)
-    greedy, proposer = SamplingParams(), DraftLMProposer(draft, vocab)
+    greedy = SamplingParams()
+    prompts = _prompts(tokenizer, target_name, args.num_prompts + 2)
+    proposer, other = DraftLMProposer(draft, vocab), DraftLMProposer(draft, vocab)
+    engine = choose_engine(
+        args.engine,
+        target,
+        proposer,
+        tree=None,
+        batch_size=1,
+        max_len=max(map(len, prompts)) + args.max_new_tokens + 2 * (args.gamma + 1),
+        widths=(1, args.gamma + 1),
+    )
+    other_engine = DYNAMIC
+    if engine.static:
+        engine.static_model(target)
+        proposer.use_engine(engine)
+        engine.precompile()
+    else:  # the contender: the static path
+        other_engine = choose_engine(
+            "static", target, other, tree=None, batch_size=1, max_len=engine.max_len or 1024, widths=(1, args.gamma + 1)
+        )
+        other_engine.static_model(target)
+        other.use_engine(other_engine)
+        other_engine.precompile()
+
+    def ours(prop, eng):
+        def run(ids):
+            out, stats = speculative_generate(
+                target,
+                prop,
+                [ids],
+                args.max_new_tokens,
+                args.gamma,
+                greedy,
+                eos_ids={eos},
+                vocab_size=vocab,
+                engine=eng,
+            )
+            return out[0], stats
+
+        return run
+
     runs = {
         "ours_autoregressive": lambda ids: (
-            autoregressive_generate(target, [ids], args.max_new_tokens, greedy, eos_ids={eos}, vocab_size=vocab)[0],
+            autoregressive_generate(
+                target, [ids], args.max_new_tokens, greedy, eos_ids={eos}, vocab_size=vocab, engine=engine
+            )[0],
             None,
         ),
-        "ours_speculative": lambda ids: (lambda out: (out[0][0], out[1]))(
-            speculative_generate(
-                target, proposer, [ids], args.max_new_tokens, args.gamma, greedy, eos_ids={eos}, vocab_size=vocab
-            )
-        ),
+        "ours_speculative": ours(proposer, engine),
         "hf_assisted": lambda ids: (_hf_generate(target, ids, args.max_new_tokens, eos, pad, draft), None),
         "hf_autoregressive": lambda ids: (_hf_generate(target, ids, args.max_new_tokens, eos, pad), None),
+        f"ours_speculative_{other_engine.name}": lambda ids: (ours(other, other_engine)(ids)[0], None),
     }
     prompts = _prompts(tokenizer, target_name, args.num_prompts + 2)
     with torch.inference_mode():
@@ -146,6 +195,7 @@ def main() -> None:
                     tallies["ours_autoregressive"].seconds / tallies["ours_autoregressive"].tokens * 1e3, 2
                 ),
                 "gamma": args.gamma,
+                "engine": engine.describe(),
                 "prompts": len(prompts) - 2,
                 "max_new_tokens": args.max_new_tokens,
                 "threads": args.threads,

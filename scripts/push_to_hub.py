@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from heads.card import speedup_text  # noqa: E402
 from train.claim_check import VERIFY_PROMPTS, verify_claim  # noqa: E402
 from train.local_hub import list_drafters, publish_local  # noqa: E402
 from train.publish import PublishError, check_publishable, push_to_hub, run_revision, upload_files  # noqa: E402
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                 served = "–" if not d["served"] else f"{d['served']['verdict']} (τ {d['served']['tau']:.3f})"
                 print(
                     f"{d['target']}\t{d['model_name']} v{d['version']}\t{d['kind']}\tτ {d['tau']:.3f}\t"
-                    f"α {d['alpha']:.3f}\t{d['speedup']:.2f}×\tserved {served}\t{d['size_bytes'] / 1e6:.1f} MB\t"
+                    f"α {d['alpha']:.3f}\t{speedup_text(d)}\tserved {served}\t{d['size_bytes'] / 1e6:.1f} MB\t"
                     f"{d['published'][:10]}\t{d['path']}\t{_verified(d.get('verified'))}"
                 )
             return 0

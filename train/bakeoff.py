@@ -19,6 +19,7 @@ from distill.run import distill
 from distill.shards import atomic_write_text
 from eval.report import pyplot, save_figure
 from eval.served import vllm_missing_reason
+from heads.card import speedup_text
 from heads.families import get_family
 
 SHARED = ("target", "data", "eval", "eval_split", "eval_prompts", "device")
@@ -109,6 +110,9 @@ def contender_row(name: str, run_dir: Path, train: dict, report: dict) -> dict:
         "tau": report["tau"],
         "alpha": report["alpha"],
         "speedup": report["speedup"],
+        "speedup_spread": report.get("speedup_spread"),
+        "served_speedup": served.get("speedup"),
+        "served_speedup_spread": served.get("speedup_spread"),
         "cost_ratio": report["cost_ratio"],
         "draft_forwards_per_step": report["draft_forwards_per_step"],
         "lossless": report["lossless"],
@@ -208,16 +212,22 @@ def write_comparison(out: Path, comparison: dict) -> None:
 
 def _table(rows: list[dict], served: bool) -> list[str]:
     head = (
-        "| recipe | drafter | τ | α | c | drafter forwards/step | speed-up | lossless | parameters | training "
-        "| training data |" + (" served τ | served check |" if served else "")
+        "| recipe | drafter | τ | α | c | drafter forwards/step | speed-up (95% interval) | lossless | parameters "
+        "| training | training data |"
+        + (" served τ | served check | served speed-up (95% interval) |" if served else "")
     )
-    rule = "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if served else "")
+    rule = "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if served else "")
     return [head, rule] + [
         f"| {r['recipe']} | {r['kind']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['cost_ratio']:.3f} "
-        f"| {r['draft_forwards_per_step']:.1f} | {r['speedup']:.2f}× "
+        f"| {r['draft_forwards_per_step']:.1f} | {speedup_text(r)} "
         f"| {'yes' if r['lossless'] else 'NO'} | {r['parameters'] / 1e6:.2f} M | {_training(r)} "
         f"| {_data(r.get('training_data'))} |"
-        + (f" {_num(r['served_tau'])} | {r['served_verdict'] or _not_served(r)} |" if served else "")
+        + (
+            f" {_num(r['served_tau'])} | {r['served_verdict'] or _not_served(r)} "
+            f"| {speedup_text(r, 'served_speedup', 'served_speedup_spread')} |"
+            if served
+            else ""
+        )
         for r in rows
     ]
 

@@ -26,6 +26,7 @@ from typing import Optional
 from distill.lock import exclusive
 from distill.shards import atomic_write_text
 from eval.claims import DIGEST
+from heads.card import speed_warnings, speedup_text, timing_device
 from train.claim_check import VERIFY_PROMPTS, verify_claim
 from train.publish import PublishError, check_publishable
 
@@ -54,6 +55,11 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
         "tau": ev["tau"],
         "alpha": ev.get("alpha"),
         "speedup": ev.get("speedup"),
+        "speedup_spread": {k: ev["speedup_spread"][k] for k in ("low", "high", "level")}
+        if ev.get("speedup_spread")
+        else None,
+        "speed_device": timing_device(ev),
+        "speed_warnings": speed_warnings(ev),
         "served": None
         if not served
         else {
@@ -61,6 +67,7 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
             "version": served["vllm_version"],
             "tau": served["tau"],
             "verdict": served["verdict"],
+            "speedup": served.get("speedup"),
         },
         "size_bytes": sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()),
         "path": dest.relative_to(hub).as_posix(),
@@ -191,7 +198,7 @@ def render_catalog(drafters: list[dict]) -> str:
                     d["kind"],
                     _fmt(d["tau"]),
                     _fmt(d["alpha"]),
-                    _fmt(d["speedup"], ".2f") + "×",
+                    speedup_text(d) + f" on {d.get('speed_device')}" + (" ⚠️" if d.get("speed_warnings") else ""),
                     "–"
                     if not d["served"]
                     else f"{d['served']['verdict']} (vLLM {d['served']['version']}, τ {d['served']['tau']:.3f})",

@@ -14,11 +14,13 @@ nothing of ours prints or stores it.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Optional
 
 from eval.claims import DIGEST, figures_digest, inconsistencies, samples_digest
 from eval.report import SAMPLES, read_samples
+from heads.card import speed_warnings
 from heads.families import get_family
 from heads.formats.fingerprint import served_files_hash
 
@@ -121,6 +123,8 @@ def gate(provenance: dict, drafter_dir: str | Path, min_tau: Optional[float] = N
     if "kind" not in provenance:
         raise PublishError(f"refusing to publish {d}: drafthub.json names no drafter kind; re-run the publish stage")
     _check_format(d, provenance["kind"])
+    for warning in speed_warnings(report):  # publishable, but nobody should read the speed-up unwarned
+        print(f"warning: {d}: {warning}", file=sys.stderr)
     return provenance
 
 

@@ -20,11 +20,19 @@ def test_pipeline_serves_the_export_it_then_publishes(tmp_path, micro_world):
     assert served["method"] == "draft_model" and served["verdict"] == "ok", served
     assert served["equal_prompts"] == served["num_prompts"] == 4
     assert served["files_sha256"] == served_files_hash(run_dir / "drafter")  # published == served, byte for byte
+    # The served speed-up: vLLM with the drafter vs vLLM without it, on the same prompts, one at a time.
+    tps = served["tokens_per_second"]
+    assert served["speedup"] == pytest.approx(tps["speculative"] / tps["no_speculation"])
+    spread = served["speedup_spread"]
+    assert len(spread["per_prompt"]) == 4 and spread["low"] <= spread["high"] and served["speed_repeats"] == 2
+    assert set(served["timing"]) >= {"noisy", "baseline_drift", "device_name"}
+    assert served["ours"]["speedup"] == report["speedup"]
     assert "## Served check: vLLM" in (run_dir / "eval" / "report.md").read_text()
-    assert (
-        "Served check: vLLM" in (run_dir / "drafter" / "README.md").read_text()
-        and "**ok**" in (run_dir / "drafter" / "README.md").read_text()
-    )
+    assert "speed-up vs no speculation" in (run_dir / "eval" / "report.md").read_text()
+    card = (run_dir / "drafter" / "README.md").read_text()
+    assert "Served check: vLLM" in card and "**ok**" in card
+    low, high = spread["low"], spread["high"]
+    assert f"Served speed-up over vLLM without speculation: {served['speedup']:.2f}× ({low:.2f}–{high:.2f}×)" in card
     leftovers = [p.name for p in run_dir.iterdir() if p.name.startswith(".") and p.name != ".hydra"]
     assert not leftovers  # no staging directory or temporary provenance file left behind
     assert (
@@ -36,7 +44,13 @@ def test_pipeline_serves_the_export_it_then_publishes(tmp_path, micro_world):
 @pytest.mark.needs_vllm
 @pytest.mark.slow
 def test_training_free_ngram_runs_eval_serve_and_publish_from_its_settings(tmp_path, micro_world):
-    small = ["target=micro", "eval.num_prompts=4", "eval.max_new_tokens=24", "eval.gamma_sweep=[1,2]"]
+    small = [
+        "target=micro",
+        "eval.num_prompts=4",
+        "eval.max_new_tokens=24",
+        "eval.gamma_sweep=[1,2]",
+        "eval.vllm.speed_repeats=0",
+    ]
     r = run("train", "recipe=toy_ngram", *small, "eval.serve=vllm", f"run_dir={tmp_path}/run")
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = tmp_path / "run"

@@ -15,11 +15,10 @@ from heads.layer_skip import LayerSkipDrafter
 from heads.ngram import NgramDrafter
 from heads.suffix import SuffixDrafter
 from tests.exporting import export
+from tests.serving.settings import SERVED
 
 needs_vllm = pytest.mark.needs_vllm  # registered in pyproject.toml
-CFG = EvalConfig(
-    num_prompts=6, max_new_tokens=24, num_speculative_tokens=3, gamma_sweep=[], warmup_prompts=0, serve="vllm"
-)
+CFG = SERVED
 
 
 def _provenance(kind):

@@ -10,15 +10,13 @@ import os
 import pytest
 import torch
 
-from eval.config import EvalConfig
 from heads.formats.fingerprint import served_files_hash
 from tests.exporting import export
+from tests.serving.settings import SERVED
 from tests.serving.test_served_check import _serve
 
 needs_vllm = pytest.mark.needs_vllm  # registered in pyproject.toml
-CFG = EvalConfig(
-    num_prompts=6, max_new_tokens=24, num_speculative_tokens=3, gamma_sweep=[], warmup_prompts=0, serve="vllm"
-)
+CFG = SERVED
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from eval.config import EvalConfig
 from eval.proposers import load_proposer
 from eval.run import evaluate
 from eval.served import served_hook
@@ -11,11 +10,10 @@ from heads.config import PardConfig
 from heads.pard import PardDrafter
 from tests.eval.fitting import fit, sampled_text
 from tests.exporting import export
+from tests.serving.settings import SERVED
 from train.pard_objective import PardDistillation
 
-CFG = EvalConfig(
-    num_prompts=6, max_new_tokens=24, num_speculative_tokens=3, gamma_sweep=[], warmup_prompts=0, serve="vllm"
-)
+CFG = SERVED
 
 
 @pytest.mark.needs_vllm

@@ -6,6 +6,7 @@ command installs it with `pip install --no-deps speculators==0.9.0 hs-connectors
 """
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -14,11 +15,12 @@ from eval.config import EvalConfig
 from heads.formats.speculators import load_speculators
 from tests.eval.eagle_fit import fit_eagle
 from tests.exporting import export
+from tests.serving.settings import SERVED
 
 speculators = pytest.importorskip("speculators", reason="pip install --no-deps speculators==0.9.0 hs-connectors==0.9.0")
 
 needs_vllm = pytest.mark.needs_vllm
-CFG = EvalConfig(num_speculative_tokens=3, max_new_tokens=24, gamma_sweep=[], warmup_prompts=0, serve="vllm")
+CFG = replace(SERVED, num_prompts=EvalConfig().num_prompts)
 
 
 def saved_by_speculators(ours, target_dir, path, **flags):

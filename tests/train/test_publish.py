@@ -35,7 +35,7 @@ SERVED = {
 }
 
 
-def _report(export_sha256, tau=2.5, equal=4, served=None, num_prompts=4, gamma=4, steps=100, samples=None):
+def _report(export_sha256, tau=2.5, equal=4, served=None, num_prompts=4, gamma=4, steps=100, samples=None, speedup=1.3):
     """A consistent eval report (counters, figures, digest) and its samples text, as eval writes them.
 
     samples: a real eval_samples.jsonl text to claim the figures about (its prompts and equal outputs)."""
@@ -60,8 +60,10 @@ def _report(export_sha256, tau=2.5, equal=4, served=None, num_prompts=4, gamma=4
         "tau": tau,
         "alpha": accepted / (gamma * steps),
         "per_position_acceptance": [min(1.0, max(0.0, mean - i)) for i in range(gamma)],
-        "speedup": 1.3,
-        "tokens_per_second": {"speculative": 130.0, "autoregressive": 100.0},
+        "speedup": speedup,
+        "speedup_spread": {"median": speedup, "low": speedup * 0.9, "high": speedup * 1.1, "level": 0.95},
+        "timing": {"noisy": False, "reasons": [], "device_name": "CPU test, 2 threads"},
+        "tokens_per_second": {"speculative": 100.0 * speedup, "autoregressive": 100.0},
         "steps": steps,
         "drafting_steps": steps,
         "proposed_draft_tokens": gamma * steps,
@@ -181,6 +183,19 @@ def test_gate_refuses_every_failing_case_and_the_registry_stays_untouched(tmp_pa
         assert not hub.exists() or not any(hub.iterdir()), case  # nothing half-written
     with pytest.raises(PublishError, match="no drafthub.json"):
         check_publishable(tmp_path)
+
+
+def test_a_drafter_slower_than_plain_decoding_is_published_with_a_warning(tmp_path, target, tokenizer, capsys):
+    d = _published(tmp_path / "slow", target, tokenizer, speedup=0.79)
+    check_publishable(d)  # publishable: lossless and above the τ bar; the speed-up is a fact about one device
+    expected = "Measured speed-up 0.79× on CPU test, 2 threads: speculative decoding with this drafter was slower"
+    assert expected in capsys.readouterr().err
+    card = (d / "README.md").read_text()
+    assert f"> ⚠️ {expected}" in card
+    assert "| 0.79× (0.71–0.87×) |" in card and "Timed on CPU test, 2 threads." in card
+    fast = _published(tmp_path / "fast", target, tokenizer)
+    check_publishable(fast)
+    assert "warning" not in capsys.readouterr().err and "⚠️" not in (fast / "README.md").read_text()
 
 
 def test_local_hub_round_trips_versions_and_lists_best_first(tmp_path, target, tokenizer):

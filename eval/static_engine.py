@@ -1,0 +1,246 @@
+"""The static-shape, compiled engine path (gpt-fast's approach) and the rule that picks it.
+
+Per-forward framework overhead dominates small models on CPU and a small drafter on a GPU: with a
+growing DynamicCache every forward has new shapes, so nothing can be compiled or captured. Here
+each model gets a KV cache pre-allocated once (transformers' StaticCache, indexed by position)
+and runs a few fixed block widths (1 for decoding and the drafter's catch-up, 2 for a draft LM's
+catch-up after a fully accepted step, γ + 1 for verification), each compiled once with
+`torch.compile` (CUDA graphs on a GPU). Widths in between are padded up to the next fixed one.
+Prompts (prefill) run eagerly on the same cache.
+
+The cache rule — why rejected and padded slots need no cleanup. A forward over a block of width
+m at verified length L writes slots L … L+m−1 before any of its queries read, and a query at
+position p reads only slots ≤ p (the causal mask over absolute positions). Rolling back is just
+setting L. So a slot past L (a rejected draft, padding) is always rewritten by the next forward
+that could read it: the cache equals a fresh recompute over the verified tokens (tested).
+
+What it does not cover — token trees, batches of rows, drafters that read the target's hidden
+states (Medusa, EAGLE, DFlash), models without static-cache support — runs on the dynamic path
+(eval/kv_cache.py); `choose_engine` says which path runs and why, and the report names it.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from torch._inductor import config as inductor_config
+
+from eval.errors import EvalError
+from eval.kv_cache import SlotCache
+
+ENGINES = ("auto", "static", "dynamic")
+
+
+class StaticModel:
+    """One model's pre-allocated cache and its forwards compiled once per fixed block width."""
+
+    def __init__(self, model, max_len: int, widths: tuple[int, ...], compile: bool = True):
+        from transformers import StaticCache
+
+        self.model, self.max_len, self.widths = model, max_len, tuple(sorted(set(widths)))
+        self.cache = StaticCache(config=model.config, max_cache_len=max_len)
+        device = next(model.parameters()).device
+        # GPU: CUDA graphs replay a captured launch sequence, the launch overhead gone. CPU: the weights frozen
+        # into the graph (pre-packed for oneDNN) and GEMM kernels autotuned: ~4× faster than eager on the toy
+        # target, for ~20-35 s of compiling per width (cached on disk by inductor for later runs).
+        on_gpu = device.type == "cuda"
+        mode = "reduce-overhead" if on_gpu else None
+        self.inductor = {} if on_gpu else {"freezing": True, "max_autotune": True}  # set while compiling
+        compiled = torch.compile(model.forward, dynamic=False, fullgraph=True, mode=mode) if compile else None
+        self.forward_compiled = compiled
+        self.compile_seconds = 0.0
+        self.slots = torch.arange(max_len, device=device)
+        # allocate the cache now: compiling against an uninitialised one would recompile
+        self._forward(model, torch.zeros(1, 1, dtype=torch.long, device=device), 0)
+        # Each (model, width) is one compiled graph of transformers' shared forward wrapper: a drafter and a
+        # target over a γ sweep need more than dynamo's default of 8 per function.
+        limit = 4 * len(self.widths) + 8
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
+
+    def width_for(self, m: int) -> Optional[int]:
+        """The fixed width a block of m tokens runs at (padded up), or None: run eagerly (a prompt)."""
+        return next((w for w in self.widths if w >= m), None)
+
+    def run(self, input_ids: torch.Tensor, start: int):
+        """Forward a (1, m) block at positions start … start+m−1; logits (1, m, V) for the real tokens."""
+        m = input_ids.shape[1]
+        width = self.width_for(m)
+        if width is None:  # a prompt: eager, at its own length
+            return self._forward(self.model, input_ids, start).logits
+        if width > m:  # padding: its slots lie past the verified length, rewritten before they are read
+            input_ids = torch.cat([input_ids, input_ids.new_zeros(1, width - m)], dim=1)
+        return self._forward(self.forward_compiled or self.model, input_ids, start).logits[:, :m]
+
+    def _forward(self, forward, input_ids: torch.Tensor, start: int):
+        """One forward at positions start …; the mask shows the slots up to the block's end (a static shape).
+
+        Without it transformers would skip the mask of a one-token query and attend to all max_len slots.
+        """
+        self._set_length(start)
+        mask = (self.slots < start + input_ids.shape[1])[None].long()  # (1, max_len)
+        # Always in inference mode: the grad mode is part of what a compiled graph is specialised on, and
+        # the cache, allocated in it, may only be written in it.
+        with torch.inference_mode(), inductor_config.patch(self.inductor):
+            ids, mask = input_ids.clone(), mask.clone()  # inference tensors too: that is guarded on
+            return forward(input_ids=ids, attention_mask=mask, past_key_values=self.cache, use_cache=True)
+
+    def precompile(self) -> float:
+        """Compile every fixed width now, on dummy tokens; returns the seconds it took (kept out of throughput)."""
+        if self.forward_compiled is None:
+            return 0.0
+        device = next(self.model.parameters()).device
+        t0 = time.perf_counter()
+        for w in self.widths:
+            for _ in range(2):  # CUDA graphs record on a later call than the first
+                self._forward(self.forward_compiled, torch.zeros(1, w, dtype=torch.long, device=device), 0)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        self.compile_seconds += time.perf_counter() - t0
+        return time.perf_counter() - t0
+
+    def _set_length(self, length: int) -> None:
+        if length + max(self.widths) > self.max_len:
+            raise EvalError(
+                f"the static engine's cache holds {self.max_len} tokens and this sequence needs more; "
+                "set eval.engine=dynamic"
+            )
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.cumulative_length.fill_(length)  # where the next block is written
+
+
+class StaticSlotCache:
+    """SlotCache's interface for one row decoding chains, on a StaticModel (see the module docstring)."""
+
+    dense = True
+
+    def __init__(self, static: StaticModel, device: torch.device):
+        self.static, self.device, self.length = static, device, 0
+
+    def lengths(self) -> list[int]:
+        return [self.length]
+
+    def forward(self, model, input_ids: torch.Tensor, parents=None, input_valid=None, **kwargs):
+        if (
+            parents is not None
+            or input_valid is not None
+            or input_ids.shape[0] != 1
+            or kwargs.get("output_hidden_states")
+        ):
+            raise EvalError("the static engine decodes one row of chains without target features (a bug if seen)")
+        logits = self.static.run(input_ids, self.length)
+        self.length += input_ids.shape[1]
+        return _Output(logits if kwargs.get("logits_to_keep") != 1 else logits[:, -1:])
+
+    def feed(self, model, rows: list[list[int]], **kwargs):
+        return self.forward(model, torch.tensor(rows, device=self.device), **kwargs)
+
+    def rollback(self, num_valid: list[int]) -> None:
+        self.length = min(self.length, num_valid[0])
+
+    def keep_last(self, kept: list[list[int]], width: int) -> None:
+        """A chain keeps a prefix of its last block: the verified length moves; the rest is rewritten later."""
+        if kept[0] != list(range(len(kept[0]))):
+            raise EvalError("the static engine keeps chain prefixes only (a bug if seen)")
+        self.length = self.length - width + len(kept[0])
+
+
+@dataclass
+class _Output:
+    logits: torch.Tensor
+    hidden_states: Optional[tuple] = None
+
+
+@dataclass
+class Engine:
+    """Which path decodes: `dynamic` (DynamicCache + slot masks, everything) or `static` (compiled)."""
+
+    name: str
+    reason: str
+    max_len: int = 0
+    widths: tuple[int, ...] = ()
+    compile: bool = True
+    _models: dict = field(default_factory=dict)  # id(model) → (weakref, StaticModel)
+
+    @property
+    def static(self) -> bool:
+        return self.name == "static"
+
+    def cache(self, model, batch_size: int, device: torch.device, widths: Optional[tuple[int, ...]] = None):
+        """A fresh cache for `model` on this path (the static path reuses the model's pre-allocated one)."""
+        if not self.static:
+            return SlotCache(batch_size, device)
+        return StaticSlotCache(self.static_model(model, widths), device)
+
+    def static_model(self, model, widths: Optional[tuple[int, ...]] = None) -> StaticModel:
+        entry = self._models.get(id(model))
+        if entry is None or entry[0]() is not model:
+            entry = (weakref.ref(model), StaticModel(model, self.max_len, widths or self.widths, self.compile))
+            self._models[id(model)] = entry
+        return entry[1]
+
+    def precompile(self) -> float:
+        """Compile every model's fixed widths; the seconds it took (reported apart, as gpt-fast does)."""
+        return sum(static.precompile() for _, static in self._models.values())
+
+    @property
+    def compile_seconds(self) -> float:
+        return sum(static.compile_seconds for _, static in self._models.values())
+
+    def describe(self) -> dict:
+        return {
+            "path": "static-compiled" if self.static else "dynamic",
+            "reason": self.reason,
+            "block_widths": list(self.widths),
+            "compile_seconds": round(self.compile_seconds, 2),
+        }
+
+
+DYNAMIC = Engine("dynamic", "default")
+
+
+def choose_engine(
+    setting: str, target, proposer, *, tree, batch_size: int, max_len: int, widths: tuple[int, ...]
+) -> Engine:
+    """The path this eval decodes on, and why (`eval.engine`: auto | static | dynamic).
+
+    auto takes the static path where it covers the run on a GPU, where CUDA graphs remove the launch
+    overhead that dominates a small drafter. On a CPU compiling costs ~10 s per block width (a γ sweep
+    has 7) and saves ~1.5 ms per forward of the toy target, less than an eval of that size decodes (see
+    README: Engine paths), so auto stays dynamic there; eval.engine=static compiles anyway.
+    """
+    if setting not in ENGINES:
+        raise EvalError(f"eval.engine={setting!r}; use one of {list(ENGINES)}")
+    if setting == "dynamic":
+        return Engine("dynamic", "eval.engine=dynamic")
+    gaps = []
+    if tree is not None:
+        gaps.append("token trees")
+    if batch_size != 1:
+        gaps.append(f"batches of {batch_size} rows")
+    if proposer.target_layer_ids:
+        gaps.append("drafters that read the target's hidden states")
+    models = [target] + ([proposer.model] if hasattr(proposer, "use_engine") else [])
+    gaps += [why for why in map(supports_static, models) if why]
+    device = next(target.parameters()).device
+    if gaps:
+        if setting == "static":
+            raise EvalError(f"eval.engine=static does not cover {'; '.join(gaps)}; use eval.engine=auto or dynamic")
+        return Engine("dynamic", "the static path does not cover " + "; ".join(gaps))
+    if setting == "auto" and device.type != "cuda":
+        return Engine("dynamic", "auto on a CPU: compiling each block width costs more than it saves here")
+    return Engine("static", f"eval.engine={setting}", max_len=max_len, widths=tuple(sorted(set(widths))))
+
+
+def supports_static(model) -> Optional[str]:
+    """None when `model` can run on a StaticCache under torch.compile, else why not."""
+    if not getattr(model, "_can_compile_fullgraph", False):
+        return f"{type(model).__name__} does not support transformers' static cache under torch.compile"
+    kinds = set(getattr(model.config, "layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"}:
+        return f"{type(model).__name__} has {sorted(kinds)} layers (the static path needs full attention)"
+    return None

@@ -1,0 +1,87 @@
+"""The static-shape engine path: its cache rule against a fresh recompute, compiled decoding equal to the
+target's own, and the rule that picks a path."""
+
+import random
+
+import pytest
+import torch
+
+from eval.errors import EvalError
+from eval.proposer import DraftLMProposer
+from eval.sampling import SamplingParams
+from eval.speculative import autoregressive_generate, speculative_generate
+from eval.static_engine import StaticModel, StaticSlotCache, choose_engine
+
+
+@torch.no_grad()
+def test_rejected_and_padded_slots_are_rewritten_before_they_are_read(target, prompt_ids):
+    """Blocks of random widths (padded up to 4 or 7), a random prefix kept each time, and rollbacks: every
+    logit equals a fresh forward over the verified tokens plus the block."""
+    static = StaticModel(target, max_len=160, widths=(1, 4, 7), compile=False)  # the rule is the cache's
+    cache = StaticSlotCache(static, torch.device("cpu"))
+    rng = random.Random(0)
+    verified = list(prompt_ids[0][:30])
+    cache.feed(target, [verified])
+    padded = kept_short = 0
+    for _ in range(14):
+        width = rng.randint(1, 7)
+        block = [rng.randrange(5, target.config.vocab_size) for _ in range(width)]
+        logits = cache.forward(target, torch.tensor([block])).logits[0]  # (width, V)
+        fresh = target(input_ids=torch.tensor([verified + block])).logits[0, len(verified) :]
+        torch.testing.assert_close(logits, fresh, atol=1e-4, rtol=1e-4)
+        keep = rng.randint(0, width)
+        cache.keep_last([list(range(keep))], width)
+        verified += block[:keep]
+        padded += static.width_for(width) > width
+        kept_short += keep < width
+        if rng.random() < 0.2:  # a drafter's rollback
+            cut = rng.randint(len(verified) - 3, len(verified))
+            cache.rollback([cut])
+            verified = verified[:cut]
+        assert cache.lengths() == [len(verified)]
+    assert padded and kept_short  # both kinds of stale slot were left behind and then overwritten
+
+
+def test_compiled_decoding_equals_the_dynamic_path_token_for_token(target, weak_draft, tokenizer, prompt_ids):
+    greedy, eos, vocab = SamplingParams(), {tokenizer.eos_token_id}, len(tokenizer)
+    prompts = prompt_ids[:3]
+    proposer = DraftLMProposer(weak_draft, vocab)
+    engine = choose_engine(
+        "static", target, proposer, tree=None, batch_size=1, max_len=max(map(len, prompts)) + 48, widths=(1, 4)
+    )
+    engine.static_model(target)
+    proposer.use_engine(engine)
+    assert engine.precompile() > 0 and engine.describe()["path"] == "static-compiled"
+    partial = False
+    for ids in prompts:
+        plain = autoregressive_generate(target, [ids], 24, greedy, eos_ids=eos, vocab_size=vocab)
+        compiled = autoregressive_generate(target, [ids], 24, greedy, eos_ids=eos, vocab_size=vocab, engine=engine)
+        spec, stats = speculative_generate(
+            target, proposer, [ids], 24, 3, greedy, eos_ids=eos, vocab_size=vocab, engine=engine
+        )
+        assert compiled == spec == plain
+        partial |= any(c < 3 for c in stats.accept_counts)
+    assert partial  # rejected drafts: their stale slots were overwritten
+    assert engine.describe()["compile_seconds"] > 0
+
+
+class _ReadsTargetFeatures:
+    target_layer_ids = (1,)
+
+
+def test_the_engine_choice_names_its_path_and_refuses_what_static_cannot_run(target, weak_draft, tokenizer):
+    proposer = DraftLMProposer(weak_draft, len(tokenizer))
+    kw = dict(batch_size=1, max_len=64, widths=(1, 4))
+    auto = choose_engine("auto", target, proposer, tree=None, **kw)
+    assert auto.name == "dynamic" and "CPU" in auto.reason  # no GPU here
+    assert choose_engine("static", target, proposer, tree=None, **kw).name == "static"
+    tree = choose_engine("auto", target, proposer, tree=[2, 2], **kw)
+    assert tree.name == "dynamic" and tree.reason == "the static path does not cover token trees"
+    with pytest.raises(EvalError, match=r"eval.engine=static does not cover token trees; use eval.engine=auto"):
+        choose_engine("static", target, proposer, tree=[2, 2], **kw)
+    with pytest.raises(EvalError, match="batches of 2 rows"):
+        choose_engine("static", target, proposer, tree=None, **{**kw, "batch_size": 2})
+    with pytest.raises(EvalError, match="drafters that read the target's hidden states"):
+        choose_engine("static", target, _ReadsTargetFeatures(), tree=None, **kw)
+    with pytest.raises(EvalError, match=r"eval.engine='fast'; use one of \['auto', 'static', 'dynamic'\]"):
+        choose_engine("fast", target, proposer, tree=None, **kw)
