@@ -154,6 +154,7 @@ class NgramProposer:
         if num_matches < 1:
             raise ValueError(f"need num_matches ≥ 1, got {num_matches}")
         self.vocab_size, self.max_model_len, self.num_matches = vocab_size, max_model_len, num_matches
+        self.proposes_trees = num_matches > 1  # the static engine path runs chains only
         self.device = torch.device("cpu")
         self._rows: list[np.ndarray] = []  # per row: a buffer whose first _lengths[b] entries are its tokens
         self._lengths: list[int] = []

@@ -63,6 +63,9 @@ class Proposer(Protocol):
     target_layer_ids: tuple[int, ...]
     tree_depth: Optional[int]  # None: proposes chains of γ; else the depth of its (fixed-shape) tree
     max_num_speculative_tokens: Optional[int]  # longest chain it can propose (Medusa: its head count); None = any
+    # Optional: True when it may propose trees although tree_depth is None (n-gram with several matches, suffix
+    # trees); absent = trees exactly when tree_depth is set. The static engine path runs chains only.
+    proposes_trees: bool
 
     def reset(self, batch_size: int, device: torch.device) -> None:
         """Forget all state; a new batch of sequences starts."""

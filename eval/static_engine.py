@@ -47,7 +47,7 @@ class StaticModel:
         # GPU: CUDA graphs replay a captured launch sequence, the launch overhead gone. CPU: the weights frozen
         # into the graph (pre-packed for oneDNN) and GEMM kernels autotuned: ~4× faster than eager on the toy
         # target, for ~20-35 s of compiling per width (cached on disk by inductor for later runs).
-        on_gpu = device.type == "cuda"
+        self.on_gpu = on_gpu = device.type == "cuda"
         mode = "reduce-overhead" if on_gpu else None
         self.inductor = {} if on_gpu else {"freezing": True, "max_autotune": True}  # set while compiling
         compiled = torch.compile(model.forward, dynamic=False, fullgraph=True, mode=mode) if compile else None
@@ -73,6 +73,10 @@ class StaticModel:
             return self._forward(self.model, input_ids, start).logits
         if width > m:  # padding: its slots lie past the verified length, rewritten before they are read
             input_ids = torch.cat([input_ids, input_ids.new_zeros(1, width - m)], dim=1)
+        if self.on_gpu and self.forward_compiled is not None:
+            # A CUDA graph's outputs live in buffers its next replay overwrites: a new step, and a copy kept.
+            torch.compiler.cudagraph_mark_step_begin()
+            return self._forward(self.forward_compiled, input_ids, start).logits[:, :m].clone()
         return self._forward(self.forward_compiled or self.model, input_ids, start).logits[:, :m]
 
     def _forward(self, forward, input_ids: torch.Tensor, start: int):
@@ -95,8 +99,8 @@ class StaticModel:
         device = next(self.model.parameters()).device
         t0 = time.perf_counter()
         for w in self.widths:
-            for _ in range(2):  # CUDA graphs record on a later call than the first
-                self._forward(self.forward_compiled, torch.zeros(1, w, dtype=torch.long, device=device), 0)
+            for _ in range(3):  # CUDA graphs record on a later call than the first
+                self.run(torch.zeros(1, w, dtype=torch.long, device=device), 0)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         self.compile_seconds += time.perf_counter() - t0
@@ -218,7 +222,7 @@ def choose_engine(
     if setting == "dynamic":
         return Engine("dynamic", "eval.engine=dynamic")
     gaps = []
-    if tree is not None:
+    if tree is not None or getattr(proposer, "proposes_trees", proposer.tree_depth is not None):
         gaps.append("token trees")
     if batch_size != 1:
         gaps.append(f"batches of {batch_size} rows")

@@ -105,6 +105,7 @@ class SuffixProposer:
         self.max_depth, self.max_cached = suffix_decoding_max_tree_depth, suffix_decoding_max_cached_requests
         self.spec_factor, self.min_token_prob = suffix_decoding_max_spec_factor, suffix_decoding_min_token_prob
         self.vocab_size, self.max_model_len, self.use_tree_spec = vocab_size, max_model_len, use_tree_spec
+        self.proposes_trees = use_tree_spec  # the static engine path runs chains only
         self.device = torch.device("cpu")
         self._workloads: dict[str, _Workload] = {}
         self.begin_workload("default")

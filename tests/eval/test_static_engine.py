@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from eval.errors import EvalError
+from eval.ngram_proposer import NgramProposer
 from eval.proposer import DraftLMProposer
 from eval.sampling import SamplingParams
 from eval.speculative import autoregressive_generate, speculative_generate
@@ -66,7 +67,7 @@ def test_compiled_decoding_equals_the_dynamic_path_token_for_token(target, weak_
 
 
 class _ReadsTargetFeatures:
-    target_layer_ids = (1,)
+    target_layer_ids, tree_depth = (1,), None
 
 
 def test_the_engine_choice_names_its_path_and_refuses_what_static_cannot_run(target, weak_draft, tokenizer):
@@ -79,6 +80,10 @@ def test_the_engine_choice_names_its_path_and_refuses_what_static_cannot_run(tar
     assert tree.name == "dynamic" and tree.reason == "the static path does not cover token trees"
     with pytest.raises(EvalError, match=r"eval.engine=static does not cover token trees; use eval.engine=auto"):
         choose_engine("static", target, proposer, tree=[2, 2], **kw)
+    several = NgramProposer(prompt_lookup_min=1, prompt_lookup_max=3, vocab_size=len(tokenizer), num_matches=2)
+    assert choose_engine("auto", target, several, tree=None, **kw).reason.endswith("token trees")  # its own trees
+    one = NgramProposer(prompt_lookup_min=1, prompt_lookup_max=3, vocab_size=len(tokenizer))
+    assert choose_engine("static", target, one, tree=None, **kw).name == "static"  # vLLM's chains
     with pytest.raises(EvalError, match="batches of 2 rows"):
         choose_engine("static", target, proposer, tree=None, **{**kw, "batch_size": 2})
     with pytest.raises(EvalError, match="drafters that read the target's hidden states"):

@@ -227,9 +227,11 @@ def test_local_hub_round_trips_versions_and_lists_best_first(tmp_path, target, t
         "version": "0.32.0",
         "tau": 3.05,
         "verdict": "ok",
+        "speedup": None,  # that served check measured acceptance only
     }
     page = (hub / "index.html").read_text()
     assert "<h2>toyworld:micro</h2>" in page and page.index("better v1") < page.index("toy-draft v1")
+    assert "<td>1.30× (1.17–1.43×) on CPU test, 2 threads</td>" in page  # never a speed-up without spread, device
     assert not list(hub.rglob(".v*"))  # no staging debris
     with pytest.raises(PublishError, match="no drafter for target 'other'"):
         list_drafters(hub, "other")
