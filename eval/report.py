@@ -36,9 +36,9 @@ def write_report(out_dir: str | Path, report: dict, samples_text: str) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _atomic_text(out / SAMPLES, samples_text)
-    _plot_acceptance(out / "acceptance.png", report["per_position_acceptance"])
+    plot_acceptance(out / "acceptance.png", report["per_position_acceptance"])
     if report["gamma_sweep"]:
-        _plot_sweep(out / "gamma_sweep.png", report["gamma_sweep"])
+        plot_sweep(out / "gamma_sweep.png", report["gamma_sweep"])
     _atomic_text(out / "report.md", render_markdown(report))
     _atomic_text(out / "eval_report.json", json.dumps(report, indent=2))
 
@@ -175,7 +175,7 @@ def pyplot():
     return plt
 
 
-def _plot_acceptance(path: Path, per_position: list[float]) -> None:
+def plot_acceptance(path: Path, per_position: list[float]) -> None:
     fig, ax = pyplot().subplots(figsize=(4, 3))
     ax.bar(range(1, len(per_position) + 1), per_position)
     ax.set_xlabel("draft position i")
@@ -184,7 +184,7 @@ def _plot_acceptance(path: Path, per_position: list[float]) -> None:
     save_figure(fig, path)
 
 
-def _plot_sweep(path: Path, sweep: list[dict]) -> None:
+def plot_sweep(path: Path, sweep: list[dict]) -> None:
     gammas = [g["num_speculative_tokens"] for g in sweep]
     fig, (left, right) = pyplot().subplots(1, 2, figsize=(8, 3))
     left.plot(gammas, [g["tau"] for g in sweep], marker="o")

@@ -54,6 +54,8 @@ from heads.suffix import SuffixDrafter
 from heads.target_features import default_eagle3_layers
 
 SIGNALS = ("tokens", "final_normed", "layer_ids")  # none beyond the tokens; the lm_head input; layer_ids states
+# the groups a registry's leaderboard filters by: what a user choosing a drafter compares
+CATEGORIES = ("draft LM", "Medusa", "EAGLE", "parallel", "training-free")
 CONFIG = "config.json"
 
 
@@ -76,6 +78,7 @@ class Family:
     schema: type  # the drafter group's structured config
     signals: str  # one of SIGNALS
     trainable: bool  # False: no train stage; eval, serve and publish work from the settings alone
+    category: str  # one of CATEGORIES (layer skipping counts as training-free: its "training" is a layer search)
     recognizes: Callable[[dict], bool]  # an export's config.json → is it this family's?
     write: Callable[[ExportJob, Path], None]  # fills an (empty, staged) export directory
     load: Callable[[Path, Any], Any]  # (export directory, target model) → drafter; HeadsError if unusable
@@ -341,6 +344,7 @@ FAMILIES: dict[str, Family] = {
             schema=DraftLMConfig,
             signals="tokens",
             trainable=True,
+            category="draft LM",
             recognizes=_is_draft_lm,
             write=_write_draft_lm,
             load=lambda path, target: DraftLM.from_pretrained(path),
@@ -358,6 +362,7 @@ FAMILIES: dict[str, Family] = {
             schema=PardConfig,
             signals="tokens",
             trainable=True,
+            category="parallel",
             recognizes=_is_pard,
             write=_write_draft_lm,  # the native checkpoint already is the HF directory vLLM loads
             load=lambda path, target: PardDrafter.from_pretrained(path),
@@ -376,6 +381,7 @@ FAMILIES: dict[str, Family] = {
             schema=MedusaConfig,
             signals="final_normed",
             trainable=True,
+            category="Medusa",
             recognizes=lambda config: config.get("model_type") == "medusa",
             write=_copy_checkpoint,
             load=lambda path, target: MedusaHeads.from_pretrained(path),
@@ -393,6 +399,7 @@ FAMILIES: dict[str, Family] = {
             schema=Eagle3Config,
             signals="layer_ids",
             trainable=True,
+            category="EAGLE",
             recognizes=lambda config: config.get("speculators_model_type") == "eagle3",
             write=_write_eagle3,
             load=load_speculators,
@@ -411,6 +418,7 @@ FAMILIES: dict[str, Family] = {
             schema=PEagleConfig,
             signals="layer_ids",
             trainable=True,
+            category="parallel",
             recognizes=lambda config: config.get("speculators_model_type") == "peagle",
             write=_write_peagle,
             load=lambda path, target: load_peagle(path),
@@ -429,6 +437,7 @@ FAMILIES: dict[str, Family] = {
             schema=Eagle1Config,
             signals="final_normed",
             trainable=True,
+            category="EAGLE",
             recognizes=lambda config: config.get("drafthub_kind") == "eagle1",
             write=_copy_checkpoint,
             load=lambda path, target: Eagle1Drafter.from_pretrained(path, target.get_output_embeddings().weight),
@@ -446,6 +455,7 @@ FAMILIES: dict[str, Family] = {
             schema=NgramConfig,
             signals="tokens",
             trainable=False,
+            category="training-free",
             recognizes=lambda config: config.get("drafthub_kind") == "ngram",
             write=_write_ngram,
             load=lambda path, target: NgramDrafter.from_pretrained(path),
@@ -463,6 +473,7 @@ FAMILIES: dict[str, Family] = {
             schema=SuffixConfig,
             signals="tokens",
             trainable=False,
+            category="training-free",
             recognizes=lambda config: config.get("drafthub_kind") == "suffix",
             write=_write_suffix,
             load=lambda path, target: SuffixDrafter.from_pretrained(path),
@@ -482,6 +493,7 @@ FAMILIES: dict[str, Family] = {
             schema=LookaheadConfig,
             signals="tokens",
             trainable=False,
+            category="training-free",
             recognizes=lambda config: config.get("drafthub_kind") == "lookahead",
             write=_write_lookahead,
             load=lambda path, target: LookaheadDrafter.from_pretrained(path),
@@ -499,6 +511,7 @@ FAMILIES: dict[str, Family] = {
             schema=LayerSkipConfig,
             signals="tokens",
             trainable=True,  # its train stage is the skip search (+ an optional fine-tune)
+            category="training-free",
             recognizes=_is_layer_skip,
             write=_write_draft_lm,  # the native checkpoint already is the HF causal LM consumers load
             load=lambda path, target: LayerSkipDrafter.from_pretrained(path),
@@ -517,6 +530,7 @@ FAMILIES: dict[str, Family] = {
             schema=DFlashConfig,
             signals="layer_ids",
             trainable=True,
+            category="parallel",
             recognizes=lambda config: config.get("architectures") == ["DFlashDraftModel"],
             write=_write_dflash,
             load=load_dflash,  # (path, target): the target's embeddings and lm_head are shared
@@ -569,17 +583,20 @@ def family_of_export(path: str | Path) -> Family:
     return matches[0]
 
 
+def usage_text(provenance: dict, target: Optional[str] = None, export_dir: Optional[str] = None) -> str:
+    """The family's "Use it" section (markdown): as the model card prints it (THIS_DIRECTORY, the target's name),
+    or exact for one copy of the drafter (`export_dir`, and `target` as loadable where it is served)."""
+    ev = provenance.get("eval") or {}
+    gamma = ev.get("recommended_num_speculative_tokens") or ev.get("settings", {}).get("num_speculative_tokens", 4)
+    text = get_family(provenance["kind"]).usage(target or provenance["target"]["name_or_path"], gamma, provenance)
+    return text if export_dir is None else text.replace("THIS_DIRECTORY", export_dir)
+
+
 def model_card(provenance: dict) -> str:
     """README.md for an export: the generic card with the family's usage and details sections."""
     family = get_family(provenance["kind"])
-    ev = provenance.get("eval") or {}
-    gamma = ev.get("recommended_num_speculative_tokens") or ev.get("settings", {}).get("num_speculative_tokens", 4)
-    target = provenance["target"]["name_or_path"]
     return card.render_model_card(
-        provenance,
-        library=family.library,
-        usage=family.usage(target, gamma, provenance),
-        details=family.details(provenance),
+        provenance, library=family.library, usage=usage_text(provenance), details=family.details(provenance)
     )
 
 

@@ -3,6 +3,7 @@
     python scripts/push_to_hub.py DRAFTER_DIR --repo-id me/my-drafter [--public] [--revision NAME] [--force] [--dry-run]
     python scripts/push_to_hub.py DRAFTER_DIR --hub-dir PATH [--dry-run] [--no-verify]
     python scripts/push_to_hub.py --list --hub-dir PATH [--target NAME]
+    python scripts/push_to_hub.py --site --hub-dir PATH      # render the registry's site again (after an upgrade)
 
 The gate (train/publish.py) refuses a drafter whose eval report is missing, stale, not lossless,
 below its recipe's min_tau, rejected by the format checks or by the served check, whose figures were
@@ -19,14 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from heads.card import speedup_text  # noqa: E402
 from train.claim_check import VERIFY_PROMPTS, verify_claim  # noqa: E402
-from train.local_hub import list_drafters, publish_local  # noqa: E402
+from train.hub_columns import list_header, list_line  # noqa: E402
+from train.local_hub import list_drafters, publish_local, rebuild_site  # noqa: E402
 from train.publish import PublishError, check_publishable, push_to_hub, run_revision, upload_files  # noqa: E402
-
-
-def _verified(v: dict | None) -> str:
-    return "not re-measured" if not v else f"re-measured τ {v['tau']:.3f} on {v['prompts']} prompts"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,20 +41,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verify", action="store_true", help="re-measure τ before a Hub upload (the registry always does)")
     ap.add_argument("--no-verify", action="store_true", help="publish to a registry without re-measuring τ")
     ap.add_argument("--verify-prompts", type=int, default=VERIFY_PROMPTS, help="eval prompts re-decoded to verify")
-    ap.add_argument("--list", action="store_true", help="print a registry's drafters, best τ first (with --hub-dir)")
+    ap.add_argument(
+        "--list", action="store_true", help="print a registry's drafters, best τ first, as its site shows them"
+    )
+    ap.add_argument("--site", action="store_true", help="render a registry's site (HUB_DIR/index.html) again")
     ap.add_argument("--target", help="with --list: only this target's drafters")
     args = ap.parse_args(argv)
     try:
+        if (args.list or args.site) and not args.hub_dir:
+            raise PublishError(f"--{'list' if args.list else 'site'} reads a local registry; pass --hub-dir PATH")
         if args.list:
-            if not args.hub_dir:
-                raise PublishError("--list reads a local registry; pass --hub-dir PATH")
+            print(list_header())
             for d in list_drafters(args.hub_dir, args.target):
-                served = "–" if not d["served"] else f"{d['served']['verdict']} (τ {d['served']['tau']:.3f})"
-                print(
-                    f"{d['target']}\t{d['model_name']} v{d['version']}\t{d['kind']}\tτ {d['tau']:.3f}\t"
-                    f"α {d['alpha']:.3f}\t{speedup_text(d)}\tserved {served}\t{d['size_bytes'] / 1e6:.1f} MB\t"
-                    f"{d['published'][:10]}\t{d['path']}\t{_verified(d.get('verified'))}"
-                )
+                print(list_line(d))
+            return 0
+        if args.site:
+            rows = rebuild_site(args.hub_dir)
+            print(f"rendered {Path(args.hub_dir) / 'index.html'} ({len(rows)} drafters)")
             return 0
         if not args.drafter_dir or bool(args.repo_id) == bool(args.hub_dir):
             raise PublishError(

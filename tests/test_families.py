@@ -31,7 +31,7 @@ from heads.draft_lm import DraftLM
 from heads.eagle import Eagle3Drafter
 from heads.eagle1 import Eagle1Drafter
 from heads.errors import HeadsError
-from heads.families import FAMILIES, SIGNALS, ExportJob, family_of_export, get_family, model_card
+from heads.families import CATEGORIES, FAMILIES, SIGNALS, ExportJob, family_of_export, get_family, model_card
 from heads.formats.staging import staged_directory
 from heads.layer_skip import LayerSkipDrafter
 from heads.medusa import MedusaHeads
@@ -69,6 +69,8 @@ def test_every_family_has_every_table_entry_it_needs(kind):
     # Trainable ⇔ a training setup: a training-free family must not carry a dead row either.
     assert (kind in SETUPS) == family.trainable, "train/setups.py SETUPS"
     assert family.vllm_method is None or isinstance(family.vllm_method, str)
+    assert family.category in CATEGORIES, "the registry's leaderboard filters by it"
+    assert family.category != "training-free" or not family.trainable or kind == "layer_skip"  # a search, no weights
     assert kind in _toy_recipe_kinds(), "a toy recipe (recipes/toy*.yaml) that runs the family here"
 
 

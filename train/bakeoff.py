@@ -23,12 +23,15 @@ from heads.card import speedup_text
 from heads.families import get_family
 
 SHARED = ("target", "data", "eval", "eval_split", "eval_prompts", "device")
+# where contenders are published when the bake-off is given a registry or Hub repo (min_tau, model_name: the recipe's)
+SHARED_PUBLISH = ("hub_dir", "repo_id", "private", "verify_prompts")
 OUT = "bakeoff"
 
 
-def contender_config(name: str, shared: DictConfig, run_dir: Path, serve) -> DictConfig:
+def contender_config(name: str, shared: DictConfig, run_dir: Path, serve, publish: bool = False) -> DictConfig:
     """Recipe `name` composed as `python -m train recipe=name` with bakeoff.overrides (all, then its own)
-    would be, with the bake-off's shared settings."""
+    would be, with the bake-off's shared settings; publish=True adds the publish stage (to the bake-off's
+    publish.hub_dir / publish.repo_id)."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
@@ -47,7 +50,9 @@ def contender_config(name: str, shared: DictConfig, run_dir: Path, serve) -> Dic
         cfg[key] = shared[key]
     family = get_family(cfg.drafter.kind)
     cfg.eval.serve = serve if family.vllm_method and not family.serve_missing() else None  # e.g. lookahead: no method
-    cfg.run_dir, cfg.stages = str(run_dir), ["train", "eval"]
+    for key in SHARED_PUBLISH:
+        cfg.publish[key] = shared.publish[key]
+    cfg.run_dir, cfg.stages = str(run_dir), ["train", "eval", *(["publish"] if publish else [])]
     return cfg
 
 
@@ -56,7 +61,8 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> di
 
     The first workload is the bake-off's own eval settings; every other one (bakeoff.workloads) evaluates
     the same drafters again under root/<workload>/<recipe>, whose data and checkpoints link to the first run's,
-    so nothing is trained twice.
+    so nothing is trained twice. With publish.hub_dir (or publish.repo_id) set, every contender's drafter, as
+    evaluated on the first workload, is published there: a registry whose leaderboard is the bake-off.
     """
     cfg = OmegaConf.to_object(dict_config)
     serve = "vllm" if cfg.bakeoff.serve == "auto" and vllm_missing_reason() is None else None
@@ -71,7 +77,8 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> di
             run_dir = root / name if first else root / workload / name
             _link_shared(run_dir, root, name, first)
             print(f"bake-off: {name} on {workload}")
-            contender = contender_config(name, dict_config, run_dir, serve)
+            publish = first and bool(cfg.publish.hub_dir or cfg.publish.repo_id)
+            contender = contender_config(name, dict_config, run_dir, serve, publish)
             contender.merge_with_dotlist(list(overrides))
             results = run_pipeline(contender)
             rows[workload].append(contender_row(name, run_dir, results["train"], results["eval"]))

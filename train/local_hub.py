@@ -1,19 +1,22 @@
 """A local model hub: a registry folder of published drafters, versioned, with an index and a catalog.
 
 Layout (`--hub-dir PATH`):
-    PATH/index.json                   every published drafter: target, kind, τ, α, speed-up, served check, size, date
-    PATH/index.html                   a static catalog rendered from index.json, grouped by target
+    PATH/index.json                   every published drafter: target, kind, τ, α, speed-up, served check, size, date,
+                                      parameters, training data, per-position acceptance, files with their hashes
+    PATH/index.html, PATH/site/       the static site rendered from index.json (train/hub_site): front page,
+                                      leaderboards, drafter pages, compare views
     PATH/<target>/<model_name>/v<N>/  one immutable version per publish (the drafter directory)
 
 One publish at a time holds the registry's lock. Each version is copied into a temporary sibling and
-renamed into place, then index.json/index.html are replaced atomically; a kill in between leaves a
+renamed into place, then index.json and the site are replaced atomically; a kill in between leaves a
 version the index lacks, which the next publish indexes (repair), so no version is ever lost.
 """
 
 from __future__ import annotations
 
-import html
+import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -26,16 +29,25 @@ from typing import Optional
 from distill.lock import exclusive
 from distill.shards import atomic_write_text
 from eval.claims import DIGEST
-from heads.card import speed_warnings, speedup_text, timing_device
+from heads.card import speed_warnings, timing_device
+from heads.families import get_family
 from train.claim_check import VERIFY_PROMPTS, verify_claim
+from train.hub_site import SITE, site_is_stale, write_site
 from train.publish import PublishError, check_publishable
 
 INDEX = "index.json"
 LOCK_WAIT_SECONDS = 600.0  # a racing publish waits this long for the one ahead of it (copies can be large)
+ROW_FORMAT = 2  # rows of an older format are derived again from their version's drafthub.json by repair()
 
 
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "--", name).strip("-") or "unnamed"
+
+
+def _target_dir(name: str) -> str:
+    """The folder of a target's drafters; never the site's folder."""
+    slug = _slug(name)
+    return f"target-{slug}" if slug == SITE else slug
 
 
 def read_index(hub_dir: str | Path) -> list[dict]:
@@ -47,13 +59,18 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
     """The index row of one version directory, from its gated provenance."""
     ev = prov["eval"]
     served = ev.get("served")
+    files = _files(dest)
     return {
+        "row_format": ROW_FORMAT,
         "target": prov["target"]["name_or_path"],
         "model_name": prov.get("model_name") or dest.parent.name,
         "version": int(dest.name[1:]),
         "kind": prov.get("kind"),
+        "category": get_family(prov["kind"]).category,
         "tau": ev["tau"],
         "alpha": ev.get("alpha"),
+        "per_position_acceptance": ev.get("per_position_acceptance") or [],
+        "num_speculative_tokens": (ev.get("settings") or {}).get("num_speculative_tokens"),
         "speedup": ev.get("speedup"),
         "speedup_spread": {k: ev["speedup_spread"][k] for k in ("low", "high", "level")}
         if ev.get("speedup_spread")
@@ -69,7 +86,10 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
             "verdict": served["verdict"],
             "speedup": served.get("speedup"),
         },
-        "size_bytes": sum(p.stat().st_size for p in dest.rglob("*") if p.is_file()),
+        "parameters": _parameters(dest),
+        "training_samples": (prov.get("training_data") or {}).get("samples"),  # None: nothing was trained
+        "size_bytes": sum(f["bytes"] for f in files),
+        "files": files,
         "path": dest.relative_to(hub).as_posix(),
         "export_sha256": prov.get("export_sha256"),
         "figures_sha256": ev.get(DIGEST),
@@ -78,24 +98,57 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
     }
 
 
+def _files(version: Path) -> list[dict]:
+    """Every file of a version with its size and sha256 (hashed once, at publish: versions never change)."""
+    return [
+        {"path": p.relative_to(version).as_posix(), "bytes": p.stat().st_size, "sha256": _sha256(p)}
+        for p in sorted(version.rglob("*"))
+        if p.is_file()
+    ]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _parameters(version: Path) -> int:
+    """Weights the drafter ships: elements of the top-level safetensors files, read from their headers (a copy in
+    another layout, EAGLE-3's sglang/, is not counted twice; weights shared with the target are not shipped)."""
+    from safetensors import safe_open
+
+    total = 0
+    for file in sorted(version.glob("*.safetensors")):
+        with safe_open(file, framework="pt") as f:
+            total += sum(math.prod(f.get_slice(name).get_shape()) for name in f.keys())
+    return total
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _version_dirs(hub: Path) -> list[Path]:
-    return sorted(p for p in hub.glob("*/*/v*") if p.is_dir() and p.name[1:].isdigit())
+    return sorted(
+        p
+        for p in hub.glob("*/*/v*")
+        if p.is_dir() and p.name[1:].isdigit() and not p.relative_to(hub).parts[0].startswith((SITE, f".{SITE}"))
+    )
 
 
-def repair(hub: Path) -> list[dict]:
+def repair(hub: Path, render: bool = True) -> list[dict]:
     """The index made consistent with the versions on disk, after whatever a killed publish left (call locked).
 
     A kill can leave a staging directory (`.vN-*`), a temporary index file, or a version renamed into
     place but not yet indexed; the first two are removed, the last is indexed (it passed the gate
-    before it was renamed). Returns the index rows."""
+    before it was renamed). render=False leaves the site to the caller. Returns the index rows."""
     for debris in [*hub.glob("*/*/.v*-*"), *hub.glob(".*.tmp")]:
         print(f"[registry] removing {debris.relative_to(hub)}, left by an interrupted publish", file=sys.stderr)
-        shutil.rmtree(debris) if debris.is_dir() else debris.unlink()
-    rows = [d for d in read_index(hub) if (hub / d["path"]).is_dir()]
+        shutil.rmtree(debris) if debris.is_dir() and not debris.is_symlink() else debris.unlink()
+    rows = [_current(hub, d) for d in read_index(hub) if (hub / d["path"]).is_dir()]
     indexed = {d["path"] for d in rows}
     for version in _version_dirs(hub):
         if version.relative_to(hub).as_posix() not in indexed:
@@ -103,14 +156,38 @@ def repair(hub: Path) -> list[dict]:
             published = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(version.stat().st_mtime))
             rows.append(_entry(prov, version, hub, published))
             print(f"[registry] indexing {version.relative_to(hub)}, published by an interrupted run", file=sys.stderr)
-    if rows != read_index(hub):
-        _write_index(hub, rows)
+    changed = rows != read_index(hub)
+    if changed:
+        atomic_write_text(hub / INDEX, json.dumps({"drafters": rows}, indent=2))
+    # a kill between index.json and the site, a registry older than the site, or a drafthub with other pages
+    if render and (changed or ((hub / INDEX).is_file() and site_is_stale(hub, rows))):
+        write_site(hub, rows)
     return rows
 
 
+def _current(hub: Path, row: dict) -> dict:
+    """An index row in this version's format: an older one is derived again from its version's provenance."""
+    if row.get("row_format") == ROW_FORMAT:
+        return row
+    prov = json.loads((hub / row["path"] / "drafthub.json").read_text())
+    return _entry(prov, hub / row["path"], hub, row["published"]) | {"verified": row.get("verified")}
+
+
 def _write_index(hub: Path, rows: list[dict]) -> None:
+    """index.json first (the source every view reads), then the site rendered from it."""
     atomic_write_text(hub / INDEX, json.dumps({"drafters": rows}, indent=2))
-    atomic_write_text(hub / "index.html", render_catalog(rows))
+    write_site(hub, rows)
+
+
+def rebuild_site(hub_dir: str | Path) -> list[dict]:
+    """Repair the registry and render its site again (after upgrading drafthub); return the index rows."""
+    hub = Path(hub_dir)
+    if not (hub / INDEX).is_file():
+        raise PublishError(f"{hub} is not a registry (no {INDEX}); publish a drafter with --hub-dir {hub} first")
+    with exclusive(hub, "registry", wait_seconds=LOCK_WAIT_SECONDS):
+        rows = repair(hub, render=False)
+        write_site(hub, rows)
+    return rows
 
 
 def _before_index() -> None:
@@ -143,7 +220,9 @@ def publish_local(
     hub = Path(hub_dir)
     with exclusive(hub, "registry", wait_seconds=LOCK_WAIT_SECONDS):
         rows = repair(hub)
-        base = hub / _slug(prov["target"]["name_or_path"]) / _slug(prov.get("model_name") or Path(drafter_dir).name)
+        base = (
+            hub / _target_dir(prov["target"]["name_or_path"]) / _slug(prov.get("model_name") or Path(drafter_dir).name)
+        )
         same = [
             row
             for row in rows
@@ -175,48 +254,3 @@ def list_drafters(hub_dir: str | Path, target: Optional[str] = None) -> list[dic
         known = sorted({d["target"] for d in read_index(hub_dir)})
         raise PublishError(f"no drafter for target {target!r} in {hub_dir}; targets there: {known or 'none'}")
     return sorted(rows, key=lambda d: -d["tau"])
-
-
-def _fmt(x, spec=".3f") -> str:
-    return "–" if x is None else format(x, spec)
-
-
-def _verified(v: Optional[dict]) -> str:
-    return "–" if not v else f"τ {v['tau']:.3f} on {v['prompts']} prompts ({v['device']})"
-
-
-def render_catalog(drafters: list[dict]) -> str:
-    """A static HTML page: one table per target, best τ first."""
-    sections = []
-    for target in sorted({d["target"] for d in drafters}):
-        rows = "".join(
-            "<tr>"
-            + "".join(
-                f"<td>{html.escape(str(c))}</td>"
-                for c in (
-                    f"{d['model_name']} v{d['version']}",
-                    d["kind"],
-                    _fmt(d["tau"]),
-                    _fmt(d["alpha"]),
-                    speedup_text(d) + f" on {d.get('speed_device')}" + (" ⚠️" if d.get("speed_warnings") else ""),
-                    "–"
-                    if not d["served"]
-                    else f"{d['served']['verdict']} (vLLM {d['served']['version']}, τ {d['served']['tau']:.3f})",
-                    _verified(d.get("verified")),
-                    f"{d['size_bytes'] / 1e6:.1f} MB",
-                    d["published"][:10],
-                )
-            )
-            + f'<td><a href="{html.escape(d["path"])}/README.md">card</a></td></tr>'
-            for d in sorted((d for d in drafters if d["target"] == target), key=lambda d: -d["tau"])
-        )
-        sections.append(
-            f"<h2>{html.escape(target)}</h2>\n<table><tr><th>drafter</th><th>kind</th><th>τ</th><th>α</th>"
-            "<th>speed-up</th><th>served check</th><th>re-measured</th><th>size</th><th>published</th><th></th></tr>"
-            f"{rows}</table>"
-        )
-    body = "\n".join(sections) or "<p>No drafters published yet.</p>"
-    return (
-        '<!doctype html>\n<html><head><meta charset="utf-8"><title>drafthub registry</title></head><body>\n'
-        f"<h1>drafthub registry</h1>\n{body}\n</body></html>\n"
-    )

@@ -5,8 +5,10 @@ import json
 import pytest
 from hydra import compose, initialize_config_module
 
+from heads.families import CATEGORIES
 from train.bakeoff import free_vs_trained, recommend, render_markdown
 from train.config import register_configs
+from train.local_hub import read_index
 from train.pipeline import run_pipeline
 
 
@@ -122,6 +124,8 @@ def test_bakeoff_trains_every_family_on_the_same_data_and_evaluates_them_alike(t
                 "eval.num_prompts=3",
                 "eval.max_new_tokens=12",
                 "bakeoff.serve=off",
+                f"publish.hub_dir={tmp_path}/hub",  # every contender published: the registry's leaderboard
+                "publish.verify_prompts=0",
                 "+bakeoff.overrides.all="
                 + quoted("trainer.max_steps=4", "trainer.batch_size=4", "trainer.save_every=4"),
                 f"+bakeoff.overrides.toy_medusa={quoted('drafter.holdout_samples=4')}",
@@ -180,3 +184,12 @@ def test_bakeoff_trains_every_family_on_the_same_data_and_evaluates_them_alike(t
     text = (root / "bakeoff" / "comparison.md").read_text()
     assert f"**Recommended: `{best['recipe']}` ({best['kind']})**" in text and "## Workload `repeated_requests`" in text
     assert any(f"**{outcome}" in text for outcome in ("Training paid off", "Training did not pay off", "A tie"))
+    # the registry: each contender once (as evaluated on the first workload), the leaderboard its figures
+    index = {r["model_name"]: r for r in read_index(tmp_path / "hub")}
+    assert sorted(index) == sorted(f"{r['recipe']}-{r['kind']}" for r in rows)
+    for r in rows:
+        published = index[f"{r['recipe']}-{r['kind']}"]
+        assert (published["version"], published["tau"], published["speedup"]) == (1, r["tau"], r["speedup"])
+    assert {r["category"] for r in index.values()} == set(CATEGORIES)
+    board = (tmp_path / "hub" / "site" / "toyworld--micro" / "index.html").read_text()
+    assert all(f"{name} v1</a>" in board for name in index)

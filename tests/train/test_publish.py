@@ -10,102 +10,15 @@ import torch
 
 from distill.target import eos_token_ids
 from eval.claims import DIGEST, figures_digest, samples_digest
-from eval.report import samples_jsonl
-from heads.config import DraftLMConfig
 from heads.draft_lm import DraftLM
 from heads.families import write_provenance
 from heads.formats.fingerprint import served_files_hash
 from tests.cli_runs import run_app, run_push
-from tests.exporting import export
+from tests.train.publishing import SERVED, consistent_report, published_drafter, tiny_export
 from train.local_hub import list_drafters, publish_local, read_index
 from train.publish import PublishError, check_publishable, push_to_hub
 
 SECRET = "hf_drafthubTestSecretNeverWritten"
-SERVED = {
-    "engine": "vllm",
-    "vllm_version": "0.32.0",
-    "method": "draft_model",
-    "num_speculative_tokens": 4,
-    "tau": 2.45,
-    "ours": {"tau": 2.5},
-    "equal_prompts": 4,
-    "num_prompts": 4,
-    "verdict": "ok",
-    "reason": "within tolerance",
-}
-
-
-def _report(export_sha256, tau=2.5, equal=4, served=None, num_prompts=4, gamma=4, steps=100, samples=None, speedup=1.3):
-    """A consistent eval report (counters, figures, digest) and its samples text, as eval writes them.
-
-    samples: a real eval_samples.jsonl text to claim the figures about (its prompts and equal outputs)."""
-    accepted = round((tau - 1) * steps)
-    mean = accepted / steps
-    if samples is None:
-        samples = samples_jsonl(
-            {
-                "prompt_ids": [1, i],
-                "speculative_ids": [5, i],
-                "autoregressive_ids": [5, i if i < equal else -1],
-                "equal": i < equal,
-            }
-            for i in range(num_prompts)
-        )
-    rows = [json.loads(line) for line in samples.splitlines()]
-    num_prompts, equal = len(rows), sum(r["equal"] for r in rows)
-    report = {
-        "target": "toyworld:micro",
-        "kind": "draft_lm",
-        "export_sha256": export_sha256,
-        "tau": tau,
-        "alpha": accepted / (gamma * steps),
-        "per_position_acceptance": [min(1.0, max(0.0, mean - i)) for i in range(gamma)],
-        "speedup": speedup,
-        "speedup_spread": {"median": speedup, "low": speedup * 0.9, "high": speedup * 1.1, "level": 0.95},
-        "timing": {"noisy": False, "reasons": [], "device_name": "CPU test, 2 threads"},
-        "tokens_per_second": {"speculative": 100.0 * speedup, "autoregressive": 100.0},
-        "steps": steps,
-        "drafting_steps": steps,
-        "proposed_draft_tokens": gamma * steps,
-        "accepted_draft_tokens": accepted,
-        "lossless": equal == num_prompts,
-        "lossless_prompts": equal,
-        "acceptance_rule": "greedy",
-        "gamma_sweep": [],
-        "settings": {"num_prompts": num_prompts, "num_speculative_tokens": gamma, "tree": None},
-        "samples_sha256": samples_digest(samples),
-        **({"served": served} if served else {}),
-    }
-    return {**report, DIGEST: figures_digest(report)}, samples
-
-
-def _tiny_export(path, target, tokenizer):
-    """A small (untrained, seeded) draft LM exported to `path`."""
-    torch.manual_seed(0)
-    drafter = DraftLM.from_config(
-        DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1),
-        target.config,
-        tokenizer,
-    )
-    return export(drafter, path, tokenizer=tokenizer)
-
-
-def _published(path, target, tokenizer, model_name="toy-draft", min_tau=1.0, **report):
-    """A drafter directory as the publish stage writes it (drafthub.json with its bound eval report, samples)."""
-    out = _tiny_export(path, target, tokenizer)
-    figures, samples = _report(served_files_hash(out), **report)
-    prov = {
-        "kind": "draft_lm",
-        "model_name": model_name,
-        "target": {"name_or_path": "toyworld:micro"},
-        "recipe": {"recipe_name": "t", "publish": {"min_tau": min_tau}},
-        "eval": figures,
-        "stage_hash": "0123456789abcdef",
-        "created": "2026-11-22T10:00:00Z",
-        "export_sha256": figures["export_sha256"],
-    }
-    write_provenance(out, prov, samples)
-    return out
 
 
 def _edit(d, rebind=False, **changes):
@@ -121,26 +34,28 @@ def _edit(d, rebind=False, **changes):
 def _refusals(tmp_path, target, tokenizer):
     """(case, drafter directory, expected message) for every way a drafter must be refused."""
     cases = []
-    d = _published(tmp_path / "stale", target, tokenizer)
+    d = published_drafter(tmp_path / "stale", target, tokenizer)
     (d / "config.json").write_text(
         (d / "config.json").read_text().replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": 1e-05')
     )
     cases.append(("stale", d, "stale eval report"))
-    d = _published(tmp_path / "no-eval", target, tokenizer)
+    d = published_drafter(tmp_path / "no-eval", target, tokenizer)
     prov = json.loads((d / "drafthub.json").read_text())
     (d / "drafthub.json").write_text(json.dumps({**prov, "eval": None}))
     cases.append(("missing report", d, "no eval report"))
-    cases.append(("not lossless", _published(tmp_path / "lossy", target, tokenizer, equal=3), "not lossless"))
-    cases.append(("below min_tau", _published(tmp_path / "weak", target, tokenizer, min_tau=3.0), "below min_tau=3.0"))
+    cases.append(("not lossless", published_drafter(tmp_path / "lossy", target, tokenizer, equal=3), "not lossless"))
+    cases.append(
+        ("below min_tau", published_drafter(tmp_path / "weak", target, tokenizer, min_tau=3.0), "below min_tau=3.0")
+    )
     served = {**SERVED, "tau": 1.2, "verdict": "broken", "reason": "served τ 1.2 vs ours 2.5"}
     cases.append(
         (
             "served check failed",
-            _published(tmp_path / "served", target, tokenizer, served=served),
+            published_drafter(tmp_path / "served", target, tokenizer, served=served),
             "the served check failed (served τ 1.2 vs ours 2.5)",
         )
     )
-    d = _published(tmp_path / "format", target, tokenizer)
+    d = published_drafter(tmp_path / "format", target, tokenizer)
     (d / "model.safetensors").write_bytes(b"not a safetensors file")
     prov = json.loads((d / "drafthub.json").read_text())
     _edit(d, rebind=True, export_sha256=served_files_hash(d))  # hashed after the damage: only the format check can
@@ -148,24 +63,28 @@ def _refusals(tmp_path, target, tokenizer):
     # Forged figures: edited by hand (the digest breaks), or edited with the digest recomputed (the figures
     # contradict each other), or the samples behind the lossless claim edited.
     not_measured = "its eval figures are not the ones eval measured"
-    cases.append(("edited τ", _edit(_published(tmp_path / "f1", target, tokenizer), tau=9.9), not_measured))
-    cases.append(("edited speed-up", _edit(_published(tmp_path / "f2", target, tokenizer), speedup=5.0), not_measured))
-    lossy = _published(tmp_path / "f3", target, tokenizer, equal=3)
+    cases.append(("edited τ", _edit(published_drafter(tmp_path / "f1", target, tokenizer), tau=9.9), not_measured))
+    cases.append(
+        ("edited speed-up", _edit(published_drafter(tmp_path / "f2", target, tokenizer), speedup=5.0), not_measured)
+    )
+    lossy = published_drafter(tmp_path / "f3", target, tokenizer, equal=3)
     cases.append(("edited lossless flag", _edit(lossy, lossless=True, lossless_prompts=4), not_measured))
-    broken = _published(tmp_path / "f4", target, tokenizer, served={**SERVED, "verdict": "broken", "reason": "x"})
+    broken = published_drafter(
+        tmp_path / "f4", target, tokenizer, served={**SERVED, "verdict": "broken", "reason": "x"}
+    )
     cases.append(("edited served verdict", _edit(broken, served=SERVED), not_measured))
-    d = _edit(_published(tmp_path / "f5", target, tokenizer), rebind=True, tau=9.9)
+    d = _edit(published_drafter(tmp_path / "f5", target, tokenizer), rebind=True, tau=9.9)
     cases.append(("impossible τ, digest recomputed", d, "τ 9.900 exceeds γ + 1 = 5"))
-    d = _edit(_published(tmp_path / "f6", target, tokenizer), rebind=True, tau=3.0)
+    d = _edit(published_drafter(tmp_path / "f6", target, tokenizer), rebind=True, tau=3.0)
     cases.append(("τ beyond its accepted drafts", d, "τ 3.000 is outside [2.300, 2.500]"))
-    d = _edit(_published(tmp_path / "f7", target, tokenizer), rebind=True, alpha=0.9)
+    d = _edit(published_drafter(tmp_path / "f7", target, tokenizer), rebind=True, alpha=0.9)
     cases.append(("α not accepted ÷ proposed", d, "α 0.9000 is not accepted ÷ proposed = 0.3750"))
-    d = _edit(_published(tmp_path / "f8", target, tokenizer), rebind=True, speedup=5.0)
+    d = _edit(published_drafter(tmp_path / "f8", target, tokenizer), rebind=True, speedup=5.0)
     cases.append(("speed-up not the throughput ratio", d, "speed-up 5.000× is not speculative ÷ autoregressive"))
-    d = _published(tmp_path / "f9", target, tokenizer)
+    d = published_drafter(tmp_path / "f9", target, tokenizer)
     (d / "eval_samples.jsonl").write_text((d / "eval_samples.jsonl").read_text().replace("true", "false", 1))
     cases.append(("edited samples", d, "is not the samples file eval wrote with this report"))
-    d = _published(tmp_path / "f10", target, tokenizer)
+    d = published_drafter(tmp_path / "f10", target, tokenizer)
     samples = (d / "eval_samples.jsonl").read_text().replace("true", "false", 1)
     (d / "eval_samples.jsonl").write_text(samples)
     _edit(d, rebind=True, samples_sha256=samples_digest(samples))
@@ -186,21 +105,21 @@ def test_gate_refuses_every_failing_case_and_the_registry_stays_untouched(tmp_pa
 
 
 def test_a_drafter_slower_than_plain_decoding_is_published_with_a_warning(tmp_path, target, tokenizer, capsys):
-    d = _published(tmp_path / "slow", target, tokenizer, speedup=0.79)
+    d = published_drafter(tmp_path / "slow", target, tokenizer, speedup=0.79)
     check_publishable(d)  # publishable: lossless and above the τ bar; the speed-up is a fact about one device
     expected = "Measured speed-up 0.79× on CPU test, 2 threads: speculative decoding with this drafter was slower"
     assert expected in capsys.readouterr().err
     card = (d / "README.md").read_text()
     assert f"> ⚠️ {expected}" in card
     assert "| 0.79× (0.71–0.87×) |" in card and "Timed on CPU test, 2 threads." in card
-    fast = _published(tmp_path / "fast", target, tokenizer)
+    fast = published_drafter(tmp_path / "fast", target, tokenizer)
     check_publishable(fast)
     assert "warning" not in capsys.readouterr().err and "⚠️" not in (fast / "README.md").read_text()
 
 
 def test_local_hub_round_trips_versions_and_lists_best_first(tmp_path, target, tokenizer):
-    a = _published(tmp_path / "a", target, tokenizer)
-    b = _published(
+    a = published_drafter(tmp_path / "a", target, tokenizer)
+    b = published_drafter(
         tmp_path / "b",
         target,
         tokenizer,
@@ -209,7 +128,7 @@ def test_local_hub_round_trips_versions_and_lists_best_first(tmp_path, target, t
         served={**SERVED, "tau": 3.05},
     )
     hub = tmp_path / "hub"
-    a2 = _published(tmp_path / "a2", target, tokenizer, tau=2.25)  # the same model, measured again
+    a2 = published_drafter(tmp_path / "a2", target, tokenizer, tau=2.25)  # the same model, measured again
     # (figures made up: unverifiable, so not re-measured)
     first, second, third = (publish_local(x, hub, verify_prompts=0) for x in (a, a2, b))
     assert (first["version"], second["version"], third["version"]) == (1, 2, 1)
@@ -229,9 +148,10 @@ def test_local_hub_round_trips_versions_and_lists_best_first(tmp_path, target, t
         "verdict": "ok",
         "speedup": None,  # that served check measured acceptance only
     }
-    page = (hub / "index.html").read_text()
-    assert "<h2>toyworld:micro</h2>" in page and page.index("better v1") < page.index("toy-draft v1")
-    assert "<td>1.30× (1.17–1.43×) on CPU test, 2 threads</td>" in page  # never a speed-up without spread, device
+    assert "toyworld:micro" in (hub / "index.html").read_text()  # the site's front page (tests/train/test_hub_site.py)
+    page = (hub / "site" / "toyworld--micro" / "index.html").read_text()  # the target's leaderboard
+    assert page.index("better v1") < page.index("toy-draft v1")
+    assert ">1.30× (1.17–1.43×) on CPU test, 2 threads</td>" in page  # never a speed-up without spread, device
     assert not list(hub.rglob(".v*"))  # no staging debris
     with pytest.raises(PublishError, match="no drafter for target 'other'"):
         list_drafters(hub, "other")
@@ -267,7 +187,7 @@ def test_hub_upload_is_private_one_branch_per_run_and_never_overwrites(
     tmp_path, target, tokenizer, monkeypatch, capsys
 ):
     monkeypatch.setenv("HF_TOKEN", SECRET)
-    d = _published(tmp_path / "d", target, tokenizer)
+    d = published_drafter(tmp_path / "d", target, tokenizer)
     api = _RecordingHub()
     revision = push_to_hub(d, "me/toy-draft", api=api)
     assert revision == "run-20261122T100000-01234567"
@@ -282,7 +202,7 @@ def test_hub_upload_is_private_one_branch_per_run_and_never_overwrites(
     assert push_to_hub(d, "me/toy-draft", force=True, api=api) == revision
     with pytest.raises(PublishError, match="not lossless"):
         push_to_hub(
-            _published(tmp_path / "lossy", target, tokenizer, equal=1),
+            published_drafter(tmp_path / "lossy", target, tokenizer, equal=1),
             "me/x",
             api=api,
         )
@@ -298,7 +218,7 @@ def _script(*args):
 
 
 def test_script_dry_run_list_and_refusal(tmp_path, target, tokenizer):
-    d = _published(tmp_path / "d", target, tokenizer)
+    d = published_drafter(tmp_path / "d", target, tokenizer)
     hub = tmp_path / "hub"
     r = _script(d, "--hub-dir", hub, "--dry-run")
     assert r.returncode == 0 and "would publish to" in r.stdout and "model.safetensors" in r.stdout and not hub.exists()
@@ -306,7 +226,9 @@ def test_script_dry_run_list_and_refusal(tmp_path, target, tokenizer):
     assert r.returncode == 0 and "me/x@run-20261122T100000-01234567 (private)" in r.stdout
     assert _script(d, "--hub-dir", hub, "--no-verify").returncode == 0
     r = _script("--list", "--hub-dir", hub, "--target", "toyworld:micro")
-    assert r.returncode == 0 and r.stdout.startswith("toyworld:micro\ttoy-draft v1\tdraft_lm\tτ 2.500")
+    assert r.returncode == 0 and r.stdout.split("\n")[1].startswith(
+        "toyworld:micro\ttoy-draft v1\tdraft LM\tdraft_lm\t2.500"
+    )
     shutil.copytree(d, tmp_path / "weak")
     r = _script(tmp_path / "weak", "--hub-dir", hub, "--min-tau", "4")
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
@@ -323,7 +245,7 @@ def test_racing_publishes_each_get_a_version_and_an_index_row(tmp_path, target, 
 
     from train import local_hub
 
-    drafters = [_published(tmp_path / f"d{i}", target, tokenizer, tau=2.5 - i / 4) for i in range(2)]
+    drafters = [published_drafter(tmp_path / f"d{i}", target, tokenizer, tau=2.5 - i / 4) for i in range(2)]
     hub = tmp_path / "hub"
     monkeypatch.setattr(local_hub, "_before_index", lambda: time.sleep(0.5))
     # Gated here, before the threads: transformers' loading is not thread-safe (from_pretrained patches
@@ -344,7 +266,7 @@ def test_racing_publishes_each_get_a_version_and_an_index_row(tmp_path, target, 
 def test_a_publish_killed_before_the_index_update_is_indexed_by_the_next(tmp_path, target, tokenizer, monkeypatch):
     from train import local_hub
 
-    d, d2, d3 = (_published(tmp_path / f"d{i}", target, tokenizer, tau=2.5 - i / 4) for i in range(3))
+    d, d2, d3 = (published_drafter(tmp_path / f"d{i}", target, tokenizer, tau=2.5 - i / 4) for i in range(3))
     hub = tmp_path / "hub"
     publish_local(d, hub, verify_prompts=0)
 
@@ -364,7 +286,7 @@ def test_a_publish_killed_before_the_index_update_is_indexed_by_the_next(tmp_pat
     assert [e["version"] for e in index] == [1, 2, 3]
     assert served_files_hash(hub / index[1]["path"]) == served_files_hash(d2)
     assert not list(hub.rglob(".v*-*")) and not list(hub.glob(".*.tmp"))
-    assert "v2" in (hub / "index.html").read_text()
+    assert "toy-draft v2" in (hub / "site" / "toyworld--micro" / "index.html").read_text()
 
 
 def _measured(path, target, tokenizer, micro_world, prompt_ids):
@@ -373,7 +295,7 @@ def _measured(path, target, tokenizer, micro_world, prompt_ids):
     from eval.proposers import load_proposer
     from eval.run import evaluate
 
-    out = _tiny_export(path, target, tokenizer)
+    out = tiny_export(path, target, tokenizer)
     cfg = EvalConfig(num_prompts=3, max_new_tokens=12, num_speculative_tokens=2, gamma_sweep=[], warmup_prompts=0)
     proposer, kind = load_proposer(out, target, len(tokenizer), cfg, torch.device("cpu"))
     names = {"target": "toyworld:micro", "drafter": str(out), "kind": kind, "export_sha256": served_files_hash(out)}
@@ -402,12 +324,13 @@ def test_the_registry_re_measures_a_claim_and_refuses_one_it_cannot_reproduce(
     verified = entry["verified"]
     assert verified["prompts"] == 3 and verified["target_outputs_as_recorded"] == 3 and verified["lossless"] is True
     assert verified["tau"] == pytest.approx(claimed["tau"], rel=1e-9)  # same prompts, same machine: the same τ
-    assert read_index(hub)[0]["verified"] == verified and "re-measured" in (hub / "index.html").read_text()
+    board = (hub / "site" / "toyworld--micro" / "index.html").read_text()
+    assert read_index(hub)[0]["verified"] == verified and f"re-measured τ {verified['tau']:.3f} on 3 prompts" in board
     # A forger's report: real prompts and samples, a digest recomputed, every figure consistent, τ made up.
     forged = tmp_path / "forged"
     shutil.copytree(d, forged)
     samples = (forged / "eval_samples.jsonl").read_text()
-    figures, _ = _report(claimed["export_sha256"], tau=2.9, gamma=2, samples=samples)
+    figures, _ = consistent_report(claimed["export_sha256"], tau=2.9, gamma=2, samples=samples)
     prov = json.loads((forged / "drafthub.json").read_text())
     (forged / "drafthub.json").write_text(json.dumps({**prov, "eval": figures}))
     check_publishable(forged)  # the figures alone pass: only re-measuring catches it

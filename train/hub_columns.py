@@ -1,0 +1,78 @@
+"""The columns a registry shows for each drafter: one definition, read by the site's leaderboard, its drafter and
+compare pages, and `push_to_hub.py --list`, so every view of the registry prints the same figures from the index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Union
+
+from heads.card import speedup_text
+
+Sortable = Optional[Union[float, str]]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    text: Callable[[dict], str]  # index row → the cell every view prints
+    key: Optional[Callable[[dict], Sortable]] = None  # index row → what a sort orders by (None: last); None: unsorted
+    numeric: bool = True  # a sort on a number starts with the largest
+
+
+def _num(x, spec: str = ".3f") -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def _served(row: dict) -> dict:
+    return row.get("served") or {}
+
+
+def _speedup(row: dict) -> str:
+    return speedup_text(row) + f" on {row.get('speed_device')}" + (" ⚠️" if row.get("speed_warnings") else "")
+
+
+def _served_check(row: dict) -> str:
+    served = _served(row)
+    return "–" if not served else f"{served['verdict']} (vLLM {served['version']})"
+
+
+def _re_measured(row: dict) -> str:
+    v = row.get("verified")
+    return "–" if not v else f"τ {v['tau']:.3f} on {v['prompts']} prompts ({v['device']})"
+
+
+def _training(row: dict) -> str:
+    samples = row.get("training_samples")
+    return "none" if not samples else f"{samples:,} samples"
+
+
+COLUMNS = (
+    Column("drafter", lambda r: f"{r['model_name']} v{r['version']}", lambda r: r["model_name"], numeric=False),
+    Column("family", lambda r: r["category"], lambda r: r["category"], numeric=False),
+    Column("kind", lambda r: r["kind"], lambda r: r["kind"], numeric=False),
+    Column("τ", lambda r: _num(r["tau"]), lambda r: r["tau"]),
+    Column("served τ", lambda r: _num(_served(r).get("tau")), lambda r: _served(r).get("tau")),
+    Column("speed-up (95% interval)", _speedup, lambda r: r.get("speedup")),
+    Column("α", lambda r: _num(r.get("alpha")), lambda r: r.get("alpha")),
+    Column("parameters", lambda r: f"{r['parameters'] / 1e6:.2f} M", lambda r: r["parameters"]),
+    Column("training data", _training, lambda r: r.get("training_samples") or 0),
+    Column("published", lambda r: r["published"][:10], lambda r: r["published"], numeric=False),
+    Column("served check", _served_check),
+    Column("re-measured", _re_measured),
+    Column("size", lambda r: f"{r['size_bytes'] / 1e6:.1f} MB", lambda r: r["size_bytes"]),
+)
+
+
+def cells(row: dict) -> list[str]:
+    """The row's cells, in COLUMNS order."""
+    return [column.text(row) for column in COLUMNS]
+
+
+def list_line(row: dict) -> str:
+    """One `--list` line: the target, the cells the site shows, the version's path (tab-separated)."""
+    return "\t".join([row["target"], *cells(row), row["path"]])
+
+
+def list_header() -> str:
+    return "\t".join(["target", *(column.name for column in COLUMNS), "path"])
