@@ -131,11 +131,16 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def _is_site(folder: str) -> bool:
+    """The site's link or one of its builds (a target's folder is never named so: _target_dir)."""
+    return folder == SITE or folder.startswith(f".{SITE}-")
+
+
 def _version_dirs(hub: Path) -> list[Path]:
     return sorted(
         p
         for p in hub.glob("*/*/v*")
-        if p.is_dir() and p.name[1:].isdigit() and not p.relative_to(hub).parts[0].startswith((SITE, f".{SITE}"))
+        if p.is_dir() and p.name[1:].isdigit() and not _is_site(p.relative_to(hub).parts[0])
     )
 
 

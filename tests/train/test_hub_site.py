@@ -320,3 +320,12 @@ def test_a_real_browser_sorts_filters_and_compares_without_console_errors(regist
     for name in ("front", "leaderboard", "compare", "drafter"):
         assert (tmp_path / f"{name}.png").stat().st_size > 10_000
     print(f"browser test: {time.perf_counter() - t0:.1f} s, screenshots in {tmp_path}")
+
+
+def test_targets_named_like_the_site_keep_their_own_folders(tmp_path, target, tokenizer):
+    hub = tmp_path / "hub"
+    for name in ("site", "sitemap"):
+        publish_local(published_drafter(tmp_path / name, target, tokenizer, target_name=name), hub, verify_prompts=0)
+    assert sorted(r["path"].split("/")[0] for r in read_index(hub)) == ["sitemap", "target-site"]
+    (hub / "index.json").write_text(json.dumps({"drafters": []}))  # an index that lost its rows: repair finds them
+    assert sorted(r["target"] for r in rebuild_site(hub)) == ["site", "sitemap"]

@@ -42,25 +42,23 @@ def render_site(hub: Path, rows: list[dict], build: Path, previous: Optional[Pat
     boards = []
     for folder, board in _by_target_folder(rows).items():
         best = best_row(board)
-        out = build / folder
-        context = {"root": "../../", "site": "../", "generated": generated, "title": _title(board)}
         entries = [_entry(r, r is best) for r in board]
-        _write(out / "index.html", env.get_template("leaderboard.html").render(
-            context, rows=entries, columns=COLUMNS, categories=_categories(board), best_rule=BEST_RULE))  # fmt: skip
-        _write(out / "compare.html", env.get_template("compare.html").render(
-            context, rows=entries, data=_compare_data(entries)))  # fmt: skip
+        out = build / folder
+        # pages two folders down (site/<target>/) and three (site/<target>/<model>/)
+        shared = {"root": "../../", "site": "../", "generated": generated, "title": _title(board)}
+        deeper = shared | {"root": "../../../", "site": "../../", "best_id": entries[board.index(best)]["id"]}
+        leaderboard, compare, drafter = map(env.get_template, ("leaderboard.html", "compare.html", "drafter.html"))
+        categories = _categories(board)
+        _write(out / "index.html", leaderboard.render(shared, rows=entries, columns=COLUMNS, categories=categories,
+                                                      best_rule=BEST_RULE))  # fmt: skip
+        _write(out / "compare.html", compare.render(shared, rows=entries, data=_compare_data(entries)))
         for row, entry in zip(board, entries):
             page = _drafter_page(hub, row, entry, build, previous)
-            context = {"root": "../../../", "site": "../../", "generated": generated, "title": _title(board)}
-            best_id = entries[board.index(best)]["id"]
-            _write(
-                out / f"{entry['id']}.html", env.get_template("drafter.html").render(context, **page, best_id=best_id)
-            )
+            _write(out / f"{entry['id']}.html", drafter.render(deeper, **page))
         boards.append(_board_summary(board, best, folder))
-    return env.get_template("front.html").render(
-        root="", site="site/", generated=generated, title="drafthub registry", boards=boards, digest=digest,
-        total=len(rows), best_rule=BEST_RULE,
-    )  # fmt: skip
+    front = env.get_template("front.html")
+    return front.render(root="", site="site/", generated=generated, title="drafthub registry", boards=boards,
+                        digest=digest, total=len(rows), best_rule=BEST_RULE)  # fmt: skip
 
 
 def _board_summary(board: list[dict], best: dict, folder: str) -> dict:
