@@ -84,11 +84,12 @@ class StaticModel:
 
         Without it transformers would skip the mask of a one-token query and attend to all max_len slots.
         """
-        self._set_length(start)
         mask = (self.slots < start + input_ids.shape[1])[None].long()  # (1, max_len)
         # Always in inference mode: the grad mode is part of what a compiled graph is specialised on, and
-        # the cache, allocated in it, may only be written in it.
+        # the cache, allocated in it, may only be written in it (its lengths too: on a GPU, with transformers
+        # 5.17, a fill_ outside raised "Inplace update to inference tensor outside InferenceMode").
         with torch.inference_mode(), inductor_config.patch(self.inductor):
+            self._set_length(start)
             ids, mask = input_ids.clone(), mask.clone()  # inference tensors too: that is guarded on
             return forward(input_ids=ids, attention_mask=mask, past_key_values=self.cache, use_cache=True)
 

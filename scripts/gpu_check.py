@@ -91,7 +91,9 @@ def _cpu_tau(run_dir: Path, report: dict) -> float:
         f"eval.tree={json.dumps(s['tree']) if s['tree'] is not None else 'null'}",
         "eval.gamma_sweep=[]",
     ]
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    # the repo first, and whatever PYTHONPATH already held (packages installed with --target) after it
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path})
     if done.returncode:
         raise SystemExit(f"error: the CPU eval of {run_dir / 'drafter'} failed: {done.stderr.strip()[-2000:]}")
     return json.loads((out / "eval_report.json").read_text())["tau"]

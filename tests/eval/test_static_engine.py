@@ -43,6 +43,20 @@ def test_rejected_and_padded_slots_are_rewritten_before_they_are_read(target, pr
     assert padded and kept_short  # both kinds of stale slot were left behind and then overwritten
 
 
+def test_the_cache_lengths_are_set_in_inference_mode_where_transformers_allocates_them_so(target, prompt_ids):
+    """transformers 5.17 allocates StaticCache's length counters as inference tensors (seen on an H100): setting
+    them outside inference mode raised, so the static path failed on the first GPU eval."""
+    static = StaticModel(target, max_len=64, widths=(1, 4), compile=False)
+    for layer in static.cache.layers:
+        if torch.is_tensor(getattr(layer, "cumulative_length", None)):
+            with torch.inference_mode():
+                layer.cumulative_length = layer.cumulative_length.clone()  # an inference tensor, as 5.17 makes it
+    ids = torch.tensor([prompt_ids[0][:4]])
+    first = static.run(ids, 0)
+    again = static.run(ids, 0)  # a second block at the same place: the lengths are set back, in place
+    torch.testing.assert_close(first, again)
+
+
 def test_compiled_decoding_equals_the_dynamic_path_token_for_token(target, weak_draft, tokenizer, prompt_ids):
     greedy, eos, vocab = SamplingParams(), {tokenizer.eos_token_id}, len(tokenizer)
     prompts = prompt_ids[:3]
