@@ -311,7 +311,9 @@ def layer_skip_details(provenance: dict) -> str:
         if search.get("search_seconds") is not None
         else "set by hand"
     )
-    return f"""## Layer skipping
+    return f"""
+
+## Layer skipping
 
 This drafter is the target itself without decoder layers {record.get("skipped_layers")} of
 {record.get("target_num_hidden_layers")} ({how}); embeddings, final norm and lm_head are the

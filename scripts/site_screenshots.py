@@ -17,6 +17,10 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from train.hub_site.pages import best_row  # noqa: E402
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 
@@ -76,7 +80,7 @@ def pages(hub: Path, target: str | None) -> dict[str, str]:
     if target is not None and target not in targets:
         raise SystemExit(f"error: no drafter for target {target!r} in {hub}; targets there: {targets}")
     board = sorted((r for r in rows if r["target"] == (target or targets[0])), key=lambda r: -r["tau"])
-    folder, model, version = board[0]["path"].split("/")
+    folder, model, version = best_row(board)["path"].split("/")  # the page of the drafter marked best
     site = (hub.resolve() / "site").as_uri()  # through the link, as a bookmark would be
     ids = "&".join(f"v={'/'.join(r['path'].split('/')[1:])}" for r in board[:4])
     return {

@@ -329,3 +329,14 @@ def test_targets_named_like_the_site_keep_their_own_folders(tmp_path, target, to
     assert sorted(r["path"].split("/")[0] for r in read_index(hub)) == ["sitemap", "target-site"]
     (hub / "index.json").write_text(json.dumps({"drafters": []}))  # an index that lost its rows: repair finds them
     assert sorted(r["target"] for r in rebuild_site(hub)) == ["site", "sitemap"]
+
+
+def test_the_best_drafter_is_the_bake_offs_pick_not_the_highest_tau():
+    def row(name, tau, speedup, served_tau=None):
+        served = None if served_tau is None else {"tau": served_tau, "verdict": "ok"}
+        return {"model_name": name, "kind": "draft_lm", "tau": tau, "speedup": speedup, "served": served}
+
+    layer_skip, suffix, draft = row("skip", 3.38, 0.71, 3.54), row("suffix", 2.69, 1.95, 3.0), row("lm", 3.15, 1.44)
+    assert best_row([layer_skip, suffix, draft]) is suffix  # the highest τ and served τ is slower than decoding
+    close = row("close", 2.9, 1.92)  # within 3% of the fastest: the higher τ wins
+    assert best_row([layer_skip, suffix, draft, close]) is close

@@ -19,20 +19,34 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from eval.report import plot_acceptance, plot_sweep
 from heads.card import training_line
 from heads.families import CATEGORIES, usage_text
+from train.bakeoff import recommend
 from train.hub_columns import COLUMNS, cells
 
 FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)  # a model card's HF metadata block
 USE_IT = re.compile(r"\A## Use it\n+")  # the card's heading of the usage section (the page has its own)
+SPEEDUP_TIE = 0.03  # as the bake-off's recommendation: speed-ups this close count as equal, the higher τ wins
 BEST_RULE = (
-    "the highest served τ among drafters whose served check agreed; where none was served, the highest τ. "
-    "τ carries over to other hardware; each speed-up holds for the device it names"
+    "the bake-off's rule: the fastest measured speed-up among drafters whose served check agreed or did not run; "
+    f"speed-ups within {SPEEDUP_TIE:.0%} count as equal and the higher τ wins. Each speed-up holds for the device "
+    "it names; τ carries over to other hardware"
 )
 
 
 def best_row(rows: list[dict]) -> dict:
-    """The drafter a target's leaderboard marks best (BEST_RULE)."""
-    served = [r for r in rows if (r.get("served") or {}).get("verdict") == "ok"]
-    return max(served, key=lambda r: r["served"]["tau"]) if served else max(rows, key=lambda r: r["tau"])
+    """The drafter a target's leaderboard marks best (BEST_RULE: train/bakeoff.py's recommendation)."""
+    views = [
+        {
+            "recipe": i,
+            "kind": r["kind"],
+            "lossless": True,  # the gate let nothing else in
+            "served_verdict": (r.get("served") or {}).get("verdict"),
+            "speedup": r.get("speedup") or 0.0,
+            "tau": r["tau"],
+        }
+        for i, r in enumerate(rows)
+    ]
+    pick = recommend(views, SPEEDUP_TIE)
+    return rows[pick["recipe"]] if pick else max(rows, key=lambda r: r["tau"])
 
 
 def render_site(hub: Path, rows: list[dict], build: Path, previous: Optional[Path], digest: str) -> str:
