@@ -60,6 +60,10 @@ class DataConfig:
     prompts: str = "toyworld"  # toyworld | path to .jsonl/.json/.parquet | HF dataset name or dir
     split: str = "train"  # dataset split (toy world: train or heldout)
     max_prompts: int = 256  # prompts used, in file order (0 = all); source=corpus: text windows taken
+    # prompts of data.prompts split off before distillation (a seeded draw, never distilled) and measured by eval
+    # when the run names no eval source (eval_prompts / eval_split); the toy world has its own held-out split
+    holdout: int = 64
+    holdout_seed: int = 0  # the draw's seed (distill/heldout.py)
     corpus_window: int = 192  # source=corpus: tokens per window (the toy world's distilled samples average 191)
     max_prompt_tokens: int = 384  # longer prompts are dropped and counted in the manifest
     regenerate: bool = True  # True: the target answers each prompt; False: keep the dataset's answers

@@ -18,10 +18,13 @@ from distill.chat import encode_chat, encode_prompt, prompt_messages, tokenizer_
 from distill.config import DATA_SOURCES, DataConfig, PromptSource, TargetConfig, output_settings
 from distill.corpus_windows import conversation_text, corpus_examples
 from distill.errors import DistillError
+from distill.heldout import heldout_indices, holdout_active
+from distill.inputs import source_identity, target_identity
 from distill.prompts import load_conversations
 from distill.sampler import HFSampler
 from distill.shards import ShardWriter, atomic_write_text, load_distilled
 from distill.target import (
+    TOYWORLD_PREFIX,
     default_device,
     eos_token_ids_of,
     load_target,
@@ -36,12 +39,41 @@ MANIFEST = "manifest.json"
 PART = "part.json"  # what one job of a split distillation (data.num_shards > 1) wrote
 
 
+def input_identities(target: TargetConfig, data: DataConfig) -> dict:
+    """The contents behind the names: prompt files and dataset directories, the target's weights (distill/inputs.py).
+
+    The toy world is keyed by its own config and corpus hash (its directory name), so its alias stands."""
+    sources = [data.prompts, *(m.prompts for m in data.mix)]
+    toy = target.name_or_path.startswith(TOYWORLD_PREFIX)
+    return {
+        "prompts": [source_identity(s) for s in sources],
+        "target": None if toy else target_identity(target.name_or_path, target.revision),
+    }
+
+
 def config_hash(target: TargetConfig, data: DataConfig) -> str:
-    """Hash of every setting that changes the dataset; a stage with this hash done is skipped."""
+    """Hash of every setting and input content that changes the dataset; a stage with this hash done is skipped."""
     # NO_EFFECT keys left out; the prompt rule is versioned, since it decides what the target answers
-    settings = {"target": asdict(target), "data": output_settings(DataConfig, asdict(data)), "prompt_rule": 2}
+    settings = {
+        "target": asdict(target),
+        "data": output_settings(DataConfig, asdict(data)),
+        "inputs": input_identities(target, data),
+        "prompt_rule": 3,  # 3: the held-out slice (data.holdout) is left out
+    }
     payload = json.dumps(settings, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def why_redistil(manifest: dict, target: TargetConfig, data: DataConfig) -> str:
+    """What differs between the dataset a manifest describes and what these settings would distil."""
+    now = input_identities(target, data)
+    before = manifest.get("inputs") or {}
+    reasons = []
+    if before.get("prompts") not in (None, now["prompts"]):
+        reasons.append("the prompt files' contents changed")
+    if before.get("target") not in (None, now["target"]):
+        reasons.append("the target's weights or config changed")
+    return "; ".join(reasons) or "other settings"
 
 
 def read_manifest(data_dir: str | Path) -> dict | None:
@@ -83,9 +115,9 @@ def distill(
             f"target's context of {context} tokens; set data.max_prompt_tokens to at most {context - answer}"
         )
     if data.source == "corpus":
-        examples, dropped = _corpus(target, data, tokenizer), 0
+        examples, dropped, heldout = _corpus(target, data, tokenizer), 0, []
     else:
-        examples, dropped = _prompts(target, data, tokenizer)
+        examples, dropped, heldout = _prompts(target, data, tokenizer)
         if dropped:
             print(
                 f"[distill] warning: dropped {dropped} prompts longer than data.max_prompt_tokens="
@@ -118,6 +150,7 @@ def distill(
             "shards": mine,
             "total_shards": len(shards),
             "dropped_too_long": dropped,
+            "heldout": heldout,
             "seconds": round(time.perf_counter() - start, 1),
         }
         atomic_write_text(out_dir / PART, json.dumps(part, indent=2))
@@ -130,22 +163,29 @@ def distill(
         digest=digest,
         num_shards=len(shards),
         dropped=dropped,
+        heldout=heldout,
         seconds=time.perf_counter() - start,
     )
 
 
-def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[dict], int]:
-    """The prompts of data.prompts and data.mix, encoded, and how many were dropped as too long."""
-    examples, dropped, no_user = [], 0, 0
-    for source in [PromptSource(data.prompts, data.split, data.max_prompts), *data.mix]:
+def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[dict], int, list[int]]:
+    """The prompts of data.prompts and data.mix, encoded; how many were dropped as too long; the positions in
+    data.prompts of the held-out slice left out for eval (distill/heldout.py)."""
+    examples, dropped, no_user, offset, heldout = [], 0, 0, 0, []
+    for number, source in enumerate([PromptSource(data.prompts, data.split, data.max_prompts), *data.mix]):
         if not source.prompts:
             raise DistillError("every data.mix entry needs prompts=<file, dataset directory or HF dataset name>")
         conversations = load_conversations(
             source.prompts, source.split, toyworld_prompts(target.name_or_path, source.split)
         )
+        held = set()  # the held-out slice of data.prompts: never distilled (eval measures it)
+        if number == 0 and holdout_active(data.prompts, data.holdout):
+            heldout = heldout_indices(len(conversations), data.holdout, data.holdout_seed)
+            held = set(heldout)
         more, skipped, userless = _encode(
-            tokenizer, conversations, data, source.max_prompts, first_index=len(examples) + dropped
+            tokenizer, conversations, data, source.max_prompts, first_index=offset, skip=frozenset(held)
         )
+        offset += len(conversations)
         examples, dropped, no_user = examples + more, dropped + skipped, no_user + userless
     if not examples and no_user:
         raise DistillError(
@@ -155,7 +195,7 @@ def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[di
         )
     if not examples:
         raise DistillError(f"no prompt fits data.max_prompt_tokens={data.max_prompt_tokens}; raise it")
-    return examples, dropped
+    return examples, dropped, heldout
 
 
 def _corpus(target: TargetConfig, data: DataConfig, tokenizer) -> list[dict]:
@@ -193,7 +233,7 @@ def merge_parts(parts: list[str | Path], out_dir: str | Path, target: TargetConf
             if not writer.done(i):
                 writer.copy(i, ShardWriter.path_in(part, i))
     first = infos[0][1]
-    totals = {"num_shards": first["total_shards"], "dropped": first["dropped_too_long"]}
+    totals = {"num_shards": first["total_shards"], "dropped": first["dropped_too_long"], "heldout": first["heldout"]}
     seconds = sum(info["seconds"] for _, info in infos)
     return _write_manifest(out_dir, target, data, tokenizer, digest=digest, seconds=seconds, **totals)
 
@@ -222,9 +262,17 @@ def first_samples(source_dir: str | Path, out_dir: str | Path, target: TargetCon
         if not writer.done(i):
             writer.write(i, rows.select(range(first, min(first + data.shard_size, data.max_prompts))).to_dict())
     digest = config_hash(target, data)
-    dropped = source["prompts"]["dropped_too_long"]
+    dropped, heldout = source["prompts"]["dropped_too_long"], source["prompts"]["heldout"]["positions"]
     return _write_manifest(
-        out_dir, target, data, tokenizer, digest=digest, num_shards=len(shards), dropped=dropped, seconds=0.0
+        out_dir,
+        target,
+        data,
+        tokenizer,
+        digest=digest,
+        num_shards=len(shards),
+        dropped=dropped,
+        heldout=heldout,
+        seconds=0.0,
     )
 
 
@@ -250,17 +298,20 @@ def _sampler(target: TargetConfig, data: DataConfig, tokenizer, device):
 
 
 def _encode(
-    tokenizer, conversations, data: DataConfig, max_prompts: int, first_index: int = 0
+    tokenizer, conversations, data: DataConfig, max_prompts: int, first_index: int = 0, skip: frozenset = frozenset()
 ) -> tuple[list[dict], int, int]:
     """Token ids per usable conversation, in file order; the count dropped (too long or no user turn) and,
     of those, the count with no user turn.
 
-    prompt_index counts from first_index, so indices stay unique across mixed sources.
+    prompt_index counts from first_index, so indices stay unique across mixed sources; conversations at
+    positions in `skip` (the held-out slice) are left out.
     """
     examples, dropped, no_user = [], 0, 0
     for index, messages in enumerate(conversations, first_index):
         if max_prompts and len(examples) >= max_prompts:
             break
+        if index - first_index in skip:
+            continue
         if data.regenerate:
             prompt = prompt_messages(messages)
             if not any(m["role"] == "user" for m in prompt):
@@ -302,12 +353,13 @@ def _shard_rows(examples: list[dict], sampler, seed: int) -> dict[str, list]:
     return rows
 
 
-def _write_manifest(out_dir, target, data, tokenizer, *, digest, num_shards, dropped, seconds) -> dict:
+def _write_manifest(out_dir, target, data, tokenizer, *, digest, num_shards, dropped, heldout, seconds) -> dict:
     ds = load_distilled(out_dir)
     reasons = ds["finish_reason"]
     manifest = {
         "config_hash": digest,
         "target": {"name_or_path": target.name_or_path, "revision": target.revision},
+        "inputs": input_identities(target, data),  # the prompt files' and the weights' content digests
         "tokenizer_hash": tokenizer_hash(tokenizer),
         "source": data.source,
         "prompts": {
@@ -315,6 +367,8 @@ def _write_manifest(out_dir, target, data, tokenizer, *, digest, num_shards, dro
             "split": data.split,
             "max_prompts": data.max_prompts,
             "dropped_too_long": dropped,
+            # the held-out slice of data.prompts: positions in file order, never distilled (distill/heldout.py)
+            "heldout": {"count": len(heldout), "seed": data.holdout_seed, "positions": heldout},
         },
         "backend": data.backend,
         "regenerate": data.regenerate,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from distill.target import eos_token_ids
+from distill.target import eos_token_ids, padding_id
 
 
 class HFSampler:
@@ -26,7 +26,7 @@ class HFSampler:
         return out
 
     def _sample_batch(self, prompts: list[list[int]]) -> list[tuple[list[int], str]]:
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else next(iter(self.eos_ids))
+        pad = padding_id(self.tokenizer, self.eos_ids)
         width = max(map(len, prompts))
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])  # (B, T) left padded
         attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])

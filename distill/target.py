@@ -106,11 +106,31 @@ def load_target(cfg: TargetConfig, device: torch.device | str | None = "cpu"):
             use_safetensors=True,
         )
     except OSError as e:
-        raise DistillError(
+        raise no_safetensors(path, "target.name_or_path", e) or DistillError(
             f"could not load target {cfg.name_or_path!r} ({str(e).splitlines()[0]}); check target.name_or_path"
         ) from None
     model.requires_grad_(False)
     return model.eval() if device is None else model.eval().to(device)
+
+
+def no_safetensors(path: str, setting: str, error: OSError | None = None) -> DistillError | None:
+    """The one message (distill, the eval stage, python -m eval) for a target with only pickled weights, which
+    drafthub never loads (unpickling runs code); None when that is not the problem. A local directory is judged
+    by its files, before anything loads; a Hub repo by transformers' `error`."""
+    local = Path(path).expanduser()
+    if local.is_dir():
+        pickled = sorted(p.name for p in local.glob("pytorch_model*.bin"))
+        if not pickled or any(local.glob("*.safetensors")):
+            return None
+        found = f"only {', '.join(pickled[:2])}{' …' if len(pickled) > 2 else ''}"
+    elif error is not None and "model.safetensors" in str(error):
+        found = "no model.safetensors"
+    else:
+        return None
+    return DistillError(
+        f"target {path} has {found}: drafthub loads safetensors weights only; convert the weights "
+        f"(e.g. model.save_pretrained(dir, safe_serialization=True)) and pass {setting}=dir"
+    )
 
 
 def eos_token_ids(model, tokenizer) -> set[int]:
@@ -129,6 +149,17 @@ def eos_token_ids_of(cfg: TargetConfig, tokenizer) -> set[int]:
     except OSError:  # no generation_config.json: the tokenizer's end token
         return {tokenizer.eos_token_id}
     return eos_token_ids(type("Target", (), {"generation_config": generation}), tokenizer)
+
+
+def padding_id(tokenizer, eos_ids=()) -> int:
+    """The id that fills padded positions: the tokenizer's pad token, else an end token, else 0.
+
+    Padded positions are masked out of attention and loss, so any id in the vocabulary serves; Llama-3.x
+    tokenizers ship with no pad token, and GPT-2's with neither pad nor a distinct eos."""
+    for candidate in (tokenizer.pad_token_id, *sorted(eos_ids), tokenizer.eos_token_id):
+        if candidate is not None:
+            return int(candidate)
+    return 0
 
 
 def default_device() -> torch.device:

@@ -1,8 +1,10 @@
-"""`python -m eval drafter_dir=DIR prompts=FILE.jsonl out_dir=DIR [target_path=NAME_OR_PATH]`.
+"""`python -m eval drafter_dir=DIR prompts=FILE_OR_DATASET out_dir=DIR [target_path=NAME_OR_PATH] [split=NAME]`.
 
 Measures an exported drafter directory (any family in heads/families.py) against its target (read from the
-drafter's drafthub.json unless given) and writes eval_report.json, eval_samples.jsonl and report.md. Prompts are
-templated exactly as the pipeline's eval stage templates them (eval/prompts.py).
+drafter's drafthub.json unless given) and writes eval_report.json, eval_samples.jsonl and report.md into out_dir;
+the drafter directory is written only with record=true. Prompts are read as distillation reads them
+(distill/prompts.py: JSONL, JSON, parquet, dataset directories, Hub names, ShareGPT) and templated exactly as the
+pipeline's eval stage templates them (eval/prompts.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from heads.card import speed_warnings
 @dataclass
 class EvalAppConfig:
     drafter_dir: str = MISSING  # exported drafter directory (a run's drafter/, in its family's serving format)
-    prompts: str = MISSING  # JSONL of {"messages": [...]} conversations
+    # conversations ({"messages": [...]} or ShareGPT): a .jsonl/.json/.parquet file, a dataset directory, a Hub name
+    prompts: str = MISSING
+    split: Optional[str] = None  # the dataset split to read; None = its only split (a file has none)
     out_dir: str = MISSING  # where the report goes
     target_path: Optional[str] = None  # target name or path; None = the one in drafter/drafthub.json
     device: str = "auto"  # auto | cpu | cuda | cuda:N
@@ -34,9 +38,9 @@ class EvalAppConfig:
     # Jinja template for the prompts; None = the drafter's training template (drafthub.json), else the tokenizer's
     chat_template: Optional[str] = None
     serve: Optional[str] = None  # vllm = also serve drafter_dir with vLLM and compare (shorthand for eval.serve=vllm)
-    # write drafthub.json (this report, bound to the files) and the samples into drafter_dir, so that the publish
-    # gate accepts a drafter made elsewhere: None = when drafter_dir has no drafthub.json | true | false
-    record: Optional[bool] = None
+    # also write drafthub.json (this report, bound to the files) and the samples into drafter_dir, so that the
+    # publish gate accepts a drafter made elsewhere; false = write only out_dir (drafter_dir may not be yours)
+    record: bool = False
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
@@ -97,7 +101,10 @@ def _record(drafter: Path, report: dict, out_dir: Path, target_name: str, from_p
     try:
         write_provenance(drafter, prov, (out_dir / SAMPLES_FILE).read_text(), card=card)
     except OSError as e:
-        raise EvalError(f"cannot write drafthub.json into {drafter} ({e.strerror}); pass record=false") from None
+        raise EvalError(
+            f"cannot write drafthub.json into {drafter} ({e.strerror}); leave out record=true (the report is in "
+            f"{out_dir})"
+        ) from None
     print(f"recorded this report in {drafter / 'drafthub.json'}: the publish gate can now check it")
 
 
@@ -107,10 +114,14 @@ def main(cfg) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from eval.prompts import read_prompt_ids
+    from distill.errors import DistillError
+    from distill.prompts import load_conversations
+    from distill.target import no_safetensors
+    from eval.prompts import prompt_ids
     from eval.proposers import load_proposer
     from eval.run import evaluate
     from eval.served import served_hook, vllm_missing_reason
+    from eval.vocabulary import tokenizer_matches
     from heads.errors import HeadsError
     from heads.families import family_of_export
     from heads.formats.fingerprint import served_files_hash
@@ -121,8 +132,7 @@ def main(cfg) -> None:
         drafter = Path(app.drafter_dir)
         if not drafter.is_dir():
             raise EvalError(f"drafter_dir={drafter} is not a directory; pass an exported drafter directory")
-        if not Path(app.prompts).is_file():
-            raise EvalError(f"prompts={app.prompts} does not exist; pass a JSONL file of {{'messages': [...]}} lines")
+        conversations = load_conversations(app.prompts, app.split, prompts_key="prompts", split_key="split")
         family_of_export(drafter)  # a directory no family reads is refused before the target loads
         target_name = app.target_path or _target_of(drafter)
         device = torch.device(app.device if app.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -131,6 +141,8 @@ def main(cfg) -> None:
                 f"target_path={target_name} is a python -m train alias; pass the toy world's directory "
                 "(drafthub.json's target.resolved)"
             )
+        if problem := no_safetensors(target_name, "target_path"):
+            raise problem  # before the tokenizer and the weights load
         try:
             tokenizer = AutoTokenizer.from_pretrained(target_name, trust_remote_code=app.trust_remote_code)
         except (OSError, ValueError) as e:
@@ -139,19 +151,22 @@ def main(cfg) -> None:
                 "pass target_path=<a local HF directory or a Hub id>"
             ) from None
         _chat_template(app, drafter, tokenizer)
-        target = (
-            AutoModelForCausalLM.from_pretrained(
+        try:
+            target = AutoModelForCausalLM.from_pretrained(
                 target_name, trust_remote_code=app.trust_remote_code, use_safetensors=True
             )
-            .eval()
-            .to(device)
-        )
+        except OSError as e:
+            raise no_safetensors(target_name, "target_path", e) or EvalError(
+                f"could not load the target {target_name!r} ({str(e).splitlines()[0]}); "
+                "pass target_path=<a local HF directory or a Hub id>"
+            ) from None
+        target = target.eval().to(device)
         proposer, kind = load_proposer(drafter, target, len(tokenizer), app.eval, device)
         lookahead = proposer.tree_depth or max([app.eval.num_speculative_tokens, *app.eval.gamma_sweep])
-        prompts = read_prompt_ids(
-            app.prompts,
+        prompts = prompt_ids(
+            conversations,
             tokenizer,
-            app.eval.num_prompts + app.eval.warmup_prompts,
+            limit=app.eval.num_prompts + app.eval.warmup_prompts,
             max_len=target.config.max_position_embeddings - app.eval.max_new_tokens - lookahead - 1,
             overlong=app.eval.overlong_prompts,
         )
@@ -162,6 +177,7 @@ def main(cfg) -> None:
             "drafter": str(drafter),
             "kind": kind,
             "export_sha256": served_files_hash(drafter),
+            "tokenizer_matches_target": tokenizer_matches(drafter, tokenizer),  # the gate refuses False
         }
         served = None
         if app.eval.serve:
@@ -181,9 +197,14 @@ def main(cfg) -> None:
         report = evaluate(
             target, proposer, prompts, app.eval, eos_ids, len(tokenizer), names, out_dir=app.out_dir, served=served
         )
-        if app.record or (app.record is None and not (drafter / "drafthub.json").exists()):
+        if app.record:
             _record(drafter, report, Path(app.out_dir), target_name, app.target_path is None)
-    except (EvalError, HeadsError) as e:
+        elif not (drafter / "drafthub.json").exists():
+            print(
+                f"{drafter} has no drafthub.json, so the publish gate refuses it; to record this report there "
+                "(drafthub.json, eval_samples.jsonl) for the gate, run again with record=true"
+            )
+    except (EvalError, HeadsError, DistillError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     summary = {

@@ -1,33 +1,13 @@
-"""Eval prompts, one reader for `python -m eval` and the pipeline's eval stage: conversations in the
-messages format, without their trailing assistant turns (the reference answers), templated by the
-target's tokenizer with the assistant generation prompt — what a server receives."""
+"""Eval prompts, templated alike for `python -m eval` and the pipeline's eval stage: conversations (both read
+them with distill.prompts.load_conversations; eval itself imports only heads) without their trailing assistant
+turns (the reference answers), through the target's chat template with the assistant generation prompt — what
+a server receives."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Iterable, Optional
 
 from eval.errors import EvalError
-
-
-def read_conversations(path: str | Path) -> list[list[dict]]:
-    """The `messages` of every line of a JSONL file."""
-    path = Path(path)
-    if not path.is_file():
-        raise EvalError(f"prompts file {path} does not exist; pass prompts=<file.jsonl>")
-    out = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(list(json.loads(line)["messages"]))
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise EvalError(
-                    f"{path}:{lineno}: expected a JSON object with a 'messages' list; fix or remove that line"
-                ) from None
-    return out
 
 
 def prompt_messages(messages: list[dict]) -> list[dict]:
@@ -83,10 +63,3 @@ def prompt_ids(
     if truncated:
         print(f"[eval] warning: truncated {truncated} of {len(out)} prompts to their last {max_len} tokens")
     return out
-
-
-def read_prompt_ids(
-    path: str | Path, tokenizer, limit: int, max_len: Optional[int] = None, overlong: str = "refuse"
-) -> list[list[int]]:
-    """prompt_ids of a JSONL file's conversations."""
-    return prompt_ids(read_conversations(path), tokenizer, limit=limit, max_len=max_len, overlong=overlong)

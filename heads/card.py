@@ -37,7 +37,7 @@ A `{kind}` drafter for speculative decoding with target `{target}`, {_origin(pro
 |---|---|---|---|---|
 {acceptance_row}
 
-Timed on {timing_device(ev)}.
+Timed on {timing_device(ev)}.{_prompts_line(ev)}
 {warnings}
 Per-position acceptance: {per_pos or "n/a"}. Recommended `num_speculative_tokens`
 ({ev.get("recommendation_basis") or "fastest in the γ sweep"}): {ev.get("recommended_num_speculative_tokens", "n/a")}.\
@@ -48,6 +48,18 @@ Per-position acceptance: {per_pos or "n/a"}. Recommended `num_speculative_tokens
 
 Provenance (target revision, tokenizer hash, data manifest, resolved recipe) is in `drafthub.json`.
 """
+
+
+def _prompts_line(ev: dict) -> str:
+    """Which prompts were measured, and the proof that none was trained on (train/eval_prompts.py)."""
+    measured = ev.get("prompts")
+    if not measured:
+        return ""
+    proof = {
+        0: f"none of them is among the training prompts (digest {measured.get('training_digest')})",
+        None: "no distilled training data was at hand to compare them with",
+    }.get(measured.get("overlap"), f"{measured.get('overlap')} of them were trained on")
+    return f" Prompts measured: {measured.get('what')}, {measured.get('count')} prompts; {proof}."
 
 
 def speedup_text(ev: dict, key: str = "speedup", spread_key: str = "speedup_spread") -> str:

@@ -6,7 +6,7 @@ SRC: a Medusa-1 directory (config.json + medusa_lm_head.safetensors or .pt), a h
 (no per-head lm_head: --target is required, its lm_head is copied into every head), or a Medusa-2 full
 model (medusa_head.* tensors beside the fine-tuned base; that model is the target). With --target the
 heads' sizes are checked against it. DST is written whole or not at all; then evaluate it with
-`python -m eval drafter_dir=DST target_path=TARGET prompts=…` and publish it like any drafter.
+`python -m eval drafter_dir=DST target_path=TARGET prompts=… record=true` and publish it like any drafter.
 """
 
 from __future__ import annotations

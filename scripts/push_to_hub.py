@@ -9,7 +9,8 @@ The gate (train/publish.py) refuses a drafter whose eval report is missing, stal
 below its recipe's min_tau, rejected by the format checks or by the served check, whose figures were
 edited or contradict each other, or (re-measured: always for a registry, with --verify for the Hub)
 whose τ this machine does not reproduce. The Hub token
-comes from HF_TOKEN or `hf auth login`; this script never reads, prints or writes it.
+comes from HF_TOKEN or `hf auth login`; this script only checks that one is there, and never prints or writes it.
+No token, a refused one or no network is one `error:` line (exit 2), like every refusal.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from train.claim_check import VERIFY_PROMPTS, verify_claim  # noqa: E402
 from train.hub_columns import list_header, list_line  # noqa: E402
 from train.local_hub import list_drafters, publish_local, rebuild_site  # noqa: E402
-from train.publish import PublishError, check_publishable, push_to_hub, run_revision, upload_files  # noqa: E402
+from train.publish import (  # noqa: E402
+    PublishError,
+    check_publishable,
+    push_to_hub,
+    require_hub_token,
+    run_revision,
+    upload_files,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             note = f" (re-measured τ {verified['tau']:.3f} on {verified['prompts']} prompts)" if verified else ""
             print(f"published {args.hub_dir}/{entry['path']}{note}")
         else:
+            require_hub_token()  # before a --verify re-measure: no upload could follow it
             if args.min_tau is not None or args.verify:
                 prov = check_publishable(args.drafter_dir, args.min_tau)
                 if args.verify:

@@ -73,3 +73,19 @@ def weak_draft(target, micro_world):
 
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def standin(tmp_path_factory):
+    """build_standin by name, each built once per session: `standin("qwen3").path` (tests/standins.py)."""
+    from tests.standins import build_standin
+
+    root = tmp_path_factory.mktemp("standins")
+    built = {}
+
+    def get(name: str):
+        if name not in built:
+            built[name] = build_standin(name, root)
+        return built[name]
+
+    return get

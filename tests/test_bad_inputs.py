@@ -160,6 +160,50 @@ CASES = [
     ("publish a directory with no provenance", "push", ["{f}/plain-dir", "--hub-dir", "{t}/hub"], "no drafthub.json"),
     ("publish to two places", "push", ["{f}/plain-dir", "--hub-dir", "{t}/h", "--repo-id", "me/x"], "exactly one of"),
     ("list without a registry", "push", ["--list"], "--list reads a local registry; pass --hub-dir PATH"),
+    # Inputs the `files` fixture does not build are in tests/data/ (see its README.md).
+    (
+        "distill from a Latin-1 JSONL",
+        "distill",
+        ["target=micro", "data.prompts=" + os.path.join(os.path.dirname(__file__), "data", "prompts", "latin1.jsonl")]
+        + ["out_dir={t}/out"],
+        "latin1.jsonl:2 is not UTF-8 (byte 0xe9 at column 49); re-encode the file as UTF-8 (e.g. iconv -f latin1",
+    ),
+    (
+        "distill from an empty .json",
+        "distill",
+        ["target=micro", "data.prompts=" + os.path.join(os.path.dirname(__file__), "data", "prompts", "empty.json")]
+        + ["out_dir={t}/out"],
+        "empty.json holds no conversations; give it a JSON list of",
+    ),
+    (
+        "distill from a ShareGPT row with no turns",
+        "distill",
+        ["target=micro", "out_dir={t}/out"]
+        + ["data.prompts=" + os.path.join(os.path.dirname(__file__), "data", "prompts", "sharegpt-empty-row.json")],
+        "sharegpt-empty-row.json:15: 'conversations' must be a non-empty list of ShareGPT {from, value} turns",
+    ),
+    (
+        "eval of ShareGPT prompts with a row with no turns",
+        "eval",
+        ["drafter_dir={f}/real-draft", "out_dir={t}/out", "target_path={micro}"]
+        + ["prompts=" + os.path.join(os.path.dirname(__file__), "data", "prompts", "sharegpt-empty-row.json")],
+        "sharegpt-empty-row.json:15: 'conversations' must be a non-empty list of ShareGPT {from, value} turns",
+    ),
+    (
+        "eval of Latin-1 prompts",
+        "eval",
+        ["drafter_dir={f}/real-draft", "out_dir={t}/out", "target_path={micro}"]
+        + ["prompts=" + os.path.join(os.path.dirname(__file__), "data", "prompts", "latin1.jsonl")],
+        "latin1.jsonl:2 is not UTF-8 (byte 0xe9 at column 49); re-encode the file as UTF-8",
+    ),
+    (
+        "eval against a target with only pytorch_model.bin",
+        "eval",
+        ["drafter_dir={f}/real-draft", "prompts={f}/ok.jsonl", "out_dir={t}/out"]
+        + ["target_path=" + os.path.join(os.path.dirname(__file__), "data", "bin-only-target")],
+        "has only pytorch_model.bin: drafthub loads safetensors weights only; convert the weights "
+        "(e.g. model.save_pretrained(dir, safe_serialization=True)) and pass target_path=dir",
+    ),
 ]
 
 

@@ -24,9 +24,11 @@ def main(cfg) -> None:
     from heads.errors import HeadsError
     from train.pipeline import PipelineError, run_pipeline
     from train.planner import PlanError
-    from train.publish import PublishError
+    from train.publish import PublishError, require_hub_token
 
     try:
+        if cfg.publish.repo_id and "publish" in cfg.stages and not cfg.dry_run:
+            require_hub_token()  # now, not after hours of training: the upload is the run's last step
         results = run_pipeline(cfg)
     except (DistillError, EvalError, HeadsError, LockHeld, PipelineError, PlanError, PublishError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,31 +1,65 @@
 """Resumable training checkpoints: accelerate state (weights, optimizer, scheduler, RNG) plus a
-small meta.json (step, resolved config). Written to a temporary directory, then renamed."""
+small meta.json (step, resolved config). Written to a temporary directory, then renamed: a step-*
+directory with its meta.json is complete, and a failed write (a full disk, a Ctrl-C) leaves the
+previous checkpoints as they were and removes its own partial files."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import warnings
 from pathlib import Path
 
+from heads.formats.staging import replace_directory
+
 META = "meta.json"
+FULL_DISK_BYTES = 1 << 20  # less free than this after a failed write: the disk filled up (torch.save won't say so)
 
 
 def checkpoint_dirs(root: Path) -> list[Path]:
     return sorted(p for p in Path(root).glob("step-*") if (p / META).exists())
 
 
+def _disk_full(root: Path, error: Exception) -> bool:
+    """Whether a failed write filled the disk: torch.save's RuntimeError and safetensors' own error carry no errno."""
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    if "No space left on device" in str(error):
+        return True
+    try:
+        return shutil.disk_usage(root).free < FULL_DISK_BYTES
+    except OSError:  # root itself is gone: not a question of space
+        return False
+
+
 def save_checkpoint(accelerator, root: Path, step: int, config: dict, keep_last: int) -> Path:
+    """Write step-NNNNNNN under root whole or not at all; keep the last `keep_last` checkpoints.
+
+    A full disk mid-write raises OSError(ENOSPC) naming root (whatever library noticed it), after
+    removing this checkpoint's partial files: the earlier checkpoints are untouched, so a rerun resumes."""
     root = Path(root)
     final = root / f"step-{step:07d}"
     tmp = root / f".tmp-step-{step:07d}"
-    accelerator.save_state(str(tmp), safe_serialization=True)
-    accelerator.wait_for_everyone()  # every process has written its part (RNG state, ZeRO shards) before the rename
+    if accelerator.is_main_process and tmp.exists():
+        shutil.rmtree(tmp)  # a killed earlier attempt's files would mix with this one's
+    accelerator.wait_for_everyone()
+    try:
+        accelerator.save_state(str(tmp), safe_serialization=True)
+        accelerator.wait_for_everyone()  # every process has written its part (RNG state, ZeRO shards) before the rename
+        if accelerator.is_main_process:
+            (tmp / META).write_text(json.dumps({"step": step, "config": config}, indent=2))
+            replace_directory(tmp, final)  # renames only: never a moment without a complete step-N of this step
+    except BaseException as e:
+        full = isinstance(e, Exception) and _disk_full(root, e)  # before the cleanup frees the space again
+        shutil.rmtree(tmp, ignore_errors=True)
+        if full and not isinstance(e, OSError):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(root)) from e
+        if full and not e.filename:
+            e.filename = str(root)  # "no space left on <checkpoints dir>", not on an unnamed device
+        raise
     if accelerator.is_main_process:
-        (tmp / META).write_text(json.dumps({"step": step, "config": config}, indent=2))
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
         for old in checkpoint_dirs(root)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()

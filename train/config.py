@@ -58,7 +58,9 @@ class TrainerConfig:
 
 @dataclass
 class PublishConfig:
-    min_tau: float = 1.0  # the drafter must reach this τ in eval to be exported
+    # the drafter must reach this τ in eval to be published: τ = 1 is plain decoding (a drafter never accepted),
+    # so the default asks for one accepted draft token every ten steps at least; recipes set what their family reaches
+    min_tau: float = 1.1
     model_name: Optional[str] = None  # name in the model card; default: <recipe>-<kind>
     hub_dir: Optional[str] = None  # also add the drafter to this local registry (versioned; index.json + index.html)
     repo_id: Optional[str] = (
@@ -106,8 +108,11 @@ class RunConfig:
     # None: runs/<recipe>/<timestamp>, or the latest run with the same settings (resumed)
     run_dir: Optional[str] = field(default=None, metadata=NO_EFFECT)
     new_run: bool = field(default=False, metadata=NO_EFFECT)  # true: always start a fresh timestamped run directory
-    eval_split: str = "heldout"  # toy world prompt split (or dataset split) used for eval
-    eval_prompts: Optional[str] = None  # eval prompt source; None = data.prompts
+    # the split eval reads: of eval_prompts when set, else of data.prompts (which must then be a dataset with that
+    # split). None = the toy world's heldout split, eval_prompts' train split (a file has only that), or, with no
+    # eval source at all, the data.holdout prompts split off data.prompts before distillation
+    eval_split: Optional[str] = None
+    eval_prompts: Optional[str] = None  # eval prompt source (a file, a dataset directory or an HF dataset name)
     device: str = field(default="auto", metadata=NO_EFFECT)  # auto | cpu | cuda | cuda:N
     # true: print the plan (memory per GPU, disk, tokens, steps, time) and stop; loads no weights
     dry_run: bool = field(default=False, metadata=NO_EFFECT)

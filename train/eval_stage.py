@@ -5,17 +5,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from distill.prompts import load_conversations
-from distill.target import eos_token_ids, load_target, load_tokenizer, resolve_target, toyworld_prompts
+from distill.shards import load_distilled
+from distill.target import eos_token_ids, load_target, load_tokenizer, resolve_target
 from eval.claims import DIGEST, figures_digest
 from eval.prompts import prompt_ids
 from eval.proposers import load_proposer
 from eval.run import evaluate
 from eval.served import served_hook
+from eval.vocabulary import tokenizer_matches
 from heads.families import ExportJob, Family, get_family
 from heads.formats.fingerprint import served_files_hash
 from heads.formats.staging import staged_directory
 from train.errors import PipelineError
+from train.eval_prompts import eval_conversations, training_overlap
 from train.run_dir import read_json
 from train.stage import Run
 from train.train_stage import SUMMARY
@@ -43,15 +45,16 @@ def export_drafter(run: Run, family: Family, tokenizer, target) -> str:
     return served_files_hash(paths.drafter)
 
 
-def eval_prompt_ids(run: Run, tokenizer, max_len: int) -> list[list[int]]:
-    """Held-out prompts (eval_prompts, else data.prompts, split eval_split) through the target's chat template."""
+def eval_prompt_ids(run: Run, tokenizer, max_len: int) -> tuple[list[list[int]], dict]:
+    """Held-out prompts (train/eval_prompts.py) through the target's chat template, and what they are: their
+    source and their overlap with the distilled dataset's prompts (0, or the gate refuses)."""
     cfg = run.cfg
-    source = cfg.eval_prompts or cfg.data.prompts
-    conversations = load_conversations(
-        source, cfg.eval_split, toyworld_prompts(cfg.target.name_or_path, cfg.eval_split)
+    src, conversations = eval_conversations(cfg, cfg.eval.num_prompts + cfg.eval.warmup_prompts)
+    ids = prompt_ids(
+        conversations, tokenizer, limit=len(conversations) or 1, max_len=max_len, overlong=cfg.eval.overlong_prompts
     )
-    limit = cfg.eval.num_prompts + cfg.eval.warmup_prompts
-    return prompt_ids(conversations, tokenizer, limit=limit, max_len=max_len, overlong=cfg.eval.overlong_prompts)
+    dataset = load_distilled(run.paths.data) if read_json(run.paths.data / "manifest.json") else None
+    return ids, src.as_dict() | {"count": len(ids)} | training_overlap(conversations, tokenizer, dataset)
 
 
 def eval_stage(run: Run) -> dict:
@@ -74,9 +77,14 @@ def eval_stage(run: Run) -> dict:
     export_sha256 = export_drafter(run, family, tokenizer, target)
     proposer, kind = load_proposer(paths.drafter, target, len(tokenizer), cfg.eval, run.device)
     lookahead = proposer.tree_depth or max([cfg.eval.num_speculative_tokens, *cfg.eval.gamma_sweep])
-    prompts = eval_prompt_ids(
+    prompts, measured = eval_prompt_ids(
         run, tokenizer, target.config.max_position_embeddings - cfg.eval.max_new_tokens - lookahead - 1
     )
+    if measured["overlap"]:
+        raise PipelineError(
+            f"{measured['overlap']} of the {measured['count']} eval prompts ({measured['what']}) are in the distilled "
+            "training data; measure on prompts the drafter was not trained on (eval_prompts=FILE or eval_split=SPLIT)"
+        )
     eos = eos_token_ids(target, tokenizer)
     names = {
         "target": cfg.target.name_or_path,
@@ -85,6 +93,8 @@ def eval_stage(run: Run) -> dict:
         "stage_hash": run.stage_hash,
         "export_sha256": export_sha256,
         "checkpoint_sha256": served_files_hash(paths.final) if family.trainable else None,
+        "prompts": measured,
+        "tokenizer_matches_target": tokenizer_matches(paths.drafter, tokenizer),
     }
     served = None
     if cfg.eval.serve:

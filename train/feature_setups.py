@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from distill.target import padding_id
 from heads.dflash import DFlashDrafter
 from heads.eagle import Eagle3Drafter, eagle3_layer_ids
 from heads.eagle1 import Eagle1Drafter
@@ -65,7 +66,7 @@ def _finish_medusa(heads: MedusaHeads, prepared: Prepared, ctx: TrainContext) ->
         tree_topk=d.tree_topk,
         tree_nodes=d.tree_nodes,
         vocab_size=len(ctx.tokenizer),
-        pad_token_id=ctx.tokenizer.pad_token_id,
+        pad_token_id=padding_id(ctx.tokenizer),
         batch_size=trainer.batch_size,
         max_seq_len=trainer.max_seq_len,
     )

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
-from distill.target import eos_token_ids
+from distill.target import eos_token_ids, padding_id
 from heads.draft_lm import DraftLM
 from heads.layer_skip import LayerSkipDrafter, decoder_layers, skipped_config
 from heads.pard import PardDrafter
@@ -43,7 +43,7 @@ def draft_lm_objective(ctx: TrainContext) -> DraftLMDistillation:
         temperature=trainer.kd_temperature,
         gamma=trainer.acceptance_gamma,
         on_policy=on_policy(ctx),
-        pad_token_id=ctx.tokenizer.pad_token_id,
+        pad_token_id=padding_id(ctx.tokenizer),
         eos_ids=frozenset(eos_token_ids(ctx.target, ctx.tokenizer)),
     )
 
@@ -145,7 +145,7 @@ def _prepare_layer_skip(ctx: TrainContext) -> Prepared:
             {
                 k: v.to(ctx.device)
                 for k, v in collate(
-                    rows["input_ids"], rows["loss_mask"], trainer.max_seq_len, ctx.tokenizer.pad_token_id
+                    rows["input_ids"], rows["loss_mask"], trainer.max_seq_len, padding_id(ctx.tokenizer)
                 ).items()
             }
             for rows in (held_out[i : i + trainer.batch_size] for i in range(0, len(held_out), trainer.batch_size))

@@ -234,10 +234,17 @@ def last_logged(ckpt_dir: Path, step: int) -> dict:
     return next(({k: v for k, v in r.items() if k != "step"} for r in rows if r["step"] == step), {})
 
 
+def _logged_step(line: str) -> float:
+    try:
+        return json.loads(line)["step"]
+    except json.JSONDecodeError:  # a line cut short by a full disk or a kill: dropped with the steps after it
+        return float("inf")
+
+
 def truncate_log(ckpt_dir: Path, start: int) -> None:
     path = Path(ckpt_dir) / TRAIN_LOG
     if path.exists():
-        kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= start]
+        kept = [line for line in path.read_text().splitlines() if _logged_step(line) <= start]
         atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 

@@ -19,9 +19,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from distill.config import output_settings
+from distill.inputs import source_identity
 from distill.lock import exclusive
 from distill.run import config_hash as distill_hash
-from distill.run import distill
+from distill.run import distill, read_manifest, why_redistil
 from distill.shards import atomic_write_text, load_distilled
 from distill.target_heads import load_target_heads
 from eval.config import EvalConfig
@@ -31,7 +32,7 @@ from train.errors import PipelineError
 from train.eval_stage import eval_stage
 from train.preflight import check_run
 from train.publish_stage import publish_stage
-from train.run_dir import RunPaths, clean_debris, resolve_run_dir
+from train.run_dir import RunPaths, adopt_dataset, check_ownership, clean_debris, find_dataset, resolve_run_dir
 from train.setup_base import vllm_store
 from train.setups import training_setup
 from train.stage import Run
@@ -51,7 +52,8 @@ def stage_hashes(cfg: RunConfig, cfg_dict: dict) -> dict[str, str]:
     data = distill_hash(cfg.target, cfg.data)
     trainer = output_settings(TrainerConfig, cfg_dict["trainer"]) if get_family(cfg.drafter.kind).trainable else None
     train = _hash(data, cfg_dict["drafter"], trainer) if trainer is not None else _hash(data, cfg_dict["drafter"])
-    evaluation = _hash(train, output_settings(EvalConfig, cfg_dict["eval"]), cfg.eval_split, cfg.eval_prompts)
+    eval_inputs = (cfg.eval_split, cfg.eval_prompts, source_identity(cfg.eval_prompts) if cfg.eval_prompts else None)
+    evaluation = _hash(train, output_settings(EvalConfig, cfg_dict["eval"]), *eval_inputs)
     return {
         "distill": data,
         "train": train,
@@ -62,6 +64,7 @@ def stage_hashes(cfg: RunConfig, cfg_dict: dict) -> dict[str, str]:
 
 def _distill_stage(run: Run) -> dict:
     """The target's answers; with drafter.features=vllm also their features, while this process holds the GPUs."""
+    _reuse_or_announce(run)
     summary = distill(run.cfg.target, run.cfg.data, run.paths.data, run.device)
     family = get_family(run.cfg.drafter.kind)
     setup = training_setup(family.kind) if family.trainable else None
@@ -71,6 +74,27 @@ def _distill_stage(run: Run) -> dict:
         root = vllm_store(run.cfg, run.paths.data, heads, load_distilled(run.paths.data), layer_ids)
         summary = summary | {"features": str(root)}
     return summary
+
+
+def _reuse_or_announce(run: Run) -> None:
+    """Say in one line why the dataset is reused or distilled; adopt another run's identical dataset."""
+    data, digest = run.paths.data, run.stage_hash
+    manifest = read_manifest(data)
+    if manifest and manifest["config_hash"] == digest:
+        print(f"[distill] reusing {data}: distilled from these prompts, target and settings (hash {digest})")
+    elif manifest:
+        why = why_redistil(manifest, run.cfg.target, run.cfg.data)
+        raise PipelineError(
+            f"{data} was distilled from other inputs or settings ({why}); give this run its own run_dir=PATH "
+            "(the old dataset is kept), or move that data/ away to distil here"
+        )
+    elif (data / "fingerprint.json").exists():
+        print(f"[distill] resuming the unfinished dataset in {data} (hash {digest})")
+    elif (other := find_dataset(digest, data)) is not None:
+        adopt_dataset(other, data)
+        print(f"[distill] reusing the dataset of {other}: same prompts, target and settings (hash {digest})")
+    else:
+        print(f"[distill] distilling: no finished dataset with these prompts, target and settings (hash {digest})")
 
 
 STAGE_RUNNERS = {"distill": _distill_stage, "train": train_stage, "eval": eval_stage, "publish": publish_stage}
@@ -105,6 +129,7 @@ def run_pipeline(config) -> dict:
 
 def _run_stages(cfg: RunConfig, cfg_dict: dict, dict_config: DictConfig, paths: RunPaths) -> dict:
     if _main_process():
+        check_ownership(paths, cfg_dict)  # before anything is written: another run's directory is refused
         clean_debris(paths.root)
     config_text = OmegaConf.to_yaml(dict_config)
     if not paths.config.exists() or paths.config.read_text() != config_text:  # a finished run re-read writes nothing

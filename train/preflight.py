@@ -7,11 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from distill.config import DATA_SOURCES
+from distill.target import resolve_target
 from eval.proposers import check_eval_settings
 from eval.served import vllm_missing_reason
+from eval.vocabulary import tokenizer_matches
 from heads.families import get_family
 from train.config import STAGES, RunConfig
 from train.errors import PipelineError
+from train.eval_prompts import check_eval_source
 from train.losses import LOSSES
 from train.on_policy import POLICIES, ROLLOUTS
 from train.setups import training_setup
@@ -39,6 +42,8 @@ def check_run(cfg: RunConfig) -> None:
         _check_training(training_setup(family.kind), family.kind, cfg.trainer)
         _check_features(cfg)
     check_eval_settings(family.kind, cfg.drafter, cfg.eval)
+    if "eval" in cfg.stages or cfg.bakeoff.recipes:
+        check_eval_source(cfg)
     if cfg.bakeoff.serve not in ("auto", "off"):
         raise PipelineError(
             f"bakeoff.serve={cfg.bakeoff.serve!r}; use auto (served check where vLLM is installed) or off"
@@ -110,6 +115,41 @@ def _check_against_target(family, cfg: RunConfig) -> None:
     except PlanError:
         return
     family.check_target(cfg.drafter, config)
+    text = config.get_text_config()
+    if hasattr(cfg.drafter, "intermediate_size") and not cfg.drafter.intermediate_size:
+        if getattr(text, "intermediate_size", None) is None:
+            raise PipelineError(
+                f"target {cfg.target.name_or_path}'s config ({type(text).__name__}) has no intermediate_size, which "
+                f"the {family.kind} drafter's MLP copies by default; set drafter.intermediate_size "
+                f"(e.g. {4 * text.hidden_size}, 4 × its hidden_size)"
+            )
+    _check_tokenizer(cfg, text)
+
+
+def _check_tokenizer(cfg: RunConfig, text_config) -> None:
+    """The target's tokenizer against its config and the drafter's init: what would fail only after distilling."""
+    from distill.target import eos_token_ids_of, load_tokenizer
+
+    if not Path(resolve_target(cfg.target.name_or_path)).is_dir():
+        return  # a Hub id not downloaded yet: the distill stage loads (and checks) it
+    tokenizer = load_tokenizer(cfg.target)
+    if not {i for i in eos_token_ids_of(cfg.target, tokenizer) if i is not None}:
+        raise PipelineError(
+            f"target {cfg.target.name_or_path} names no end-of-sequence token (no eos_token in its tokenizer, no "
+            "eos_token_id in generation_config.json), so its answers would never end; add eos_token_id to its "
+            "generation_config.json"
+        )
+    if len(tokenizer) > text_config.vocab_size:
+        raise PipelineError(
+            f"the tokenizer of {cfg.target.name_or_path} has {len(tokenizer)} tokens but the model's vocab_size is "
+            f"{text_config.vocab_size}: ids past it have no embedding; use the tokenizer saved with these weights"
+        )
+    init = getattr(cfg.drafter, "init", None)
+    if init and Path(init).is_dir() and tokenizer_matches(init, tokenizer) is False:
+        raise PipelineError(
+            f"drafter.init={init} has another vocabulary than target {cfg.target.name_or_path}: its drafts would "
+            "mean other text; pick a drafter model with the target's tokenizer (e.g. a smaller model of its family)"
+        )
 
 
 def _check_training(setup, kind: str, trainer) -> None:

@@ -7,8 +7,9 @@ report still matches), it was lossless, it reached the recipe's `min_tau`, the f
 and — where a served check ran — vLLM agreed. `--verify` (train/claim_check.py) re-measures τ on
 top. Every refusal is one `PublishError` line naming the fix.
 
-The Hub token is never read here: huggingface_hub takes it from HF_TOKEN or the saved login, and
-nothing of ours prints or stores it.
+The Hub token is never passed through here: huggingface_hub takes it from HF_TOKEN or the saved
+login (we only ask whether there is one), and nothing of ours prints or stores it. A missing token,
+a refused one or an unreachable Hub is one PublishError line too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from eval.report import SAMPLES, read_samples
 from heads.card import speed_warnings
 from heads.families import get_family
 from heads.formats.fingerprint import served_files_hash
+from train.config import PublishConfig
+
+DEFAULT_MIN_TAU = PublishConfig.min_tau  # the bar where a provenance names none
 
 
 class PublishError(ValueError):
@@ -88,6 +92,16 @@ def check_report(report: Optional[dict], min_tau: float, name: str, samples_path
             f"{report['settings']['num_prompts'] - report['lossless_prompts']} of {report['settings']['num_prompts']} "
             "prompts (not lossless); see eval_samples.jsonl"
         )
+    if report.get("tokenizer_matches_target") is False:
+        raise PublishError(
+            f"refusing to publish {name}: its tokenizer is not the target's (another vocabulary), so its drafts "
+            "mean other text and τ only measures the target; train the drafter with the target's tokenizer"
+        )
+    if (report.get("prompts") or {}).get("overlap"):
+        raise PublishError(
+            f"refusing to publish {name}: {report['prompts']['overlap']} of its eval prompts were in its training "
+            "data, so its τ is not a held-out figure; re-run eval on held-out prompts (eval_prompts or eval_split)"
+        )
     if report["tau"] < min_tau:
         raise PublishError(
             f"refusing to publish {name}: τ={report['tau']:.3f} is below min_tau={min_tau}; "
@@ -117,7 +131,9 @@ def gate(provenance: dict, drafter_dir: str | Path, min_tau: Optional[float] = N
             "drafthub.json does not match); re-run eval and publish on this checkpoint"
         )
     bar = (
-        min_tau if min_tau is not None else ((provenance.get("recipe") or {}).get("publish") or {}).get("min_tau", 1.0)
+        min_tau
+        if min_tau is not None
+        else ((provenance.get("recipe") or {}).get("publish") or {}).get("min_tau", DEFAULT_MIN_TAU)
     )
     check_report(report, bar, str(d), d / SAMPLES)
     if "kind" not in provenance:
@@ -145,6 +161,71 @@ def run_revision(prov: dict) -> str:
     return f"run-{created}-{str(prov.get('stage_hash', ''))[:8]}"
 
 
+NO_TOKEN = "no Hugging Face token: run `hf auth login` or set HF_TOKEN"
+# "could not connect / timed out" in each HTTP client huggingface_hub has used (1.x/2.x: httpx2 or httpx, 0.x: requests)
+_CLIENT_NETWORK_ERRORS = {
+    "httpx2": ("TransportError",),
+    "httpx": ("TransportError",),
+    "requests": ("ConnectionError", "Timeout"),
+}
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    """What "the Hub could not be reached" raises, for whichever HTTP client this huggingface_hub uses."""
+    import importlib
+
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]  # OfflineModeIsEnabled is a ConnectionError
+    for client, names in _CLIENT_NETWORK_ERRORS.items():
+        try:
+            module = importlib.import_module(client)
+        except ImportError:
+            continue
+        errors += [getattr(module, name) for name in names if hasattr(module, name)]
+    return tuple(errors)
+
+
+def _unreachable(e: BaseException) -> PublishError:
+    from huggingface_hub import constants
+
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return PublishError(
+        f"could not reach the Hugging Face Hub ({constants.ENDPOINT}: {reason}); check the network or publish to a "
+        "local registry with --hub-dir / publish.hub_dir"
+    )
+
+
+def require_hub_token() -> None:
+    """Refuse an upload before any work when no token is configured (asked only whether one exists: never kept)."""
+    from huggingface_hub import get_token
+
+    try:
+        missing = get_token() is None
+    except _network_errors() as e:  # HF_OIDC_RESOURCE set: the token comes from an exchange over the network
+        raise _unreachable(e) from None
+    if missing:
+        raise PublishError(NO_TOKEN)
+
+
+def _hub_refusal(e: Exception, repo_id: str) -> PublishError | None:
+    """One line for an HTTP error of the Hub; None for anything else."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if not isinstance(e, HfHubHTTPError):
+        return None
+    status = getattr(e.response, "status_code", None)
+    if status == 401:
+        return PublishError(
+            "the Hugging Face Hub refused the token (401 Unauthorized); run `hf auth login` again or set HF_TOKEN"
+        )
+    if status == 403:
+        return PublishError(
+            f"the Hugging Face token may not write to {repo_id} (403 Forbidden); use a token with write access "
+            "or a --repo-id under your own name"
+        )
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return PublishError(f"the Hugging Face Hub refused the upload to {repo_id} ({reason}); check the repo id and rerun")
+
+
 def push_to_hub(
     drafter_dir: str | Path,
     repo_id: str,
@@ -161,23 +242,33 @@ def push_to_hub(
     name (the same run pushed twice) is only overwritten with force=True. `gated`: the provenance
     the caller has just passed through `gate` (the publish stage), so the gate runs once.
     """
+    if api is None:
+        require_hub_token()  # before the gate's work: nothing to upload with
     prov = gated if gated is not None else check_publishable(drafter_dir)
     if api is None:
         from huggingface_hub import HfApi
 
         api = HfApi()  # token: HF_TOKEN or the saved `hf auth login`, never passed through our code
     revision = revision or run_revision(prov)
-    api.create_repo(repo_id, private=private, exist_ok=True)
-    branches = {b.name for b in api.list_repo_refs(repo_id).branches}
-    if revision in branches and not force:
-        raise PublishError(
-            f"{repo_id}@{revision} already exists; pass --force to overwrite it or --revision NAME for a new branch"
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        branches = {b.name for b in api.list_repo_refs(repo_id).branches}
+        if revision in branches and not force:
+            raise PublishError(
+                f"{repo_id}@{revision} already exists; pass --force to overwrite it or --revision NAME for a new branch"
+            )
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
+        api.upload_folder(
+            folder_path=str(drafter_dir),
+            repo_id=repo_id,
+            revision=revision,
+            commit_message=f"drafthub: {prov.get('model_name')} ({prov.get('kind')}) τ={prov['eval']['tau']:.3f}",
         )
-    api.create_branch(repo_id, branch=revision, exist_ok=True)
-    api.upload_folder(
-        folder_path=str(drafter_dir),
-        repo_id=repo_id,
-        revision=revision,
-        commit_message=f"drafthub: {prov.get('model_name')} ({prov.get('kind')}) τ={prov['eval']['tau']:.3f}",
-    )
+    except _network_errors() as e:
+        raise _unreachable(e) from None
+    except Exception as e:
+        refusal = _hub_refusal(e, repo_id)
+        if refusal is None:
+            raise
+        raise refusal from None
     return revision

@@ -96,10 +96,80 @@ def resolve_run_dir(cfg: RunConfig, cfg_dict: dict) -> Path:
         )
     base = Path("runs") / cfg.recipe_name
     if not cfg.new_run and base.exists():
+        from distill.run import config_hash, read_manifest
+
         wanted = output_settings(RunConfig, cfg_dict)
         for prev in sorted(base.iterdir(), reverse=True):
             saved = RunPaths(prev).config
             if saved.exists() and output_settings(RunConfig, OmegaConf.to_container(OmegaConf.load(saved))) == wanted:
+                manifest = read_manifest(RunPaths(prev).data)
+                if manifest and manifest["config_hash"] != config_hash(cfg.target, cfg.data):
+                    print(f"not resuming {prev}: its data was distilled from other inputs (prompt files or weights)")
+                    break
                 print(f"reusing run {prev} (same config; new_run=true starts afresh)")
                 return prev
     return base / time.strftime("%Y%m%d-%H%M%S")
+
+
+def check_ownership(paths: RunPaths, cfg_dict: dict) -> None:
+    """Refuse a run directory that holds another run: another recipe or family, or checkpoints trained with
+    other settings (resuming them would continue another run's weights and optimizer). Reads only the saved
+    config and the checkpoint list, so it runs before any stage."""
+    if not paths.config.exists():
+        return
+    saved = OmegaConf.to_container(OmegaConf.load(paths.config))
+    mine = (cfg_dict.get("recipe_name"), (cfg_dict.get("drafter") or {}).get("kind"))
+    theirs = (saved.get("recipe_name"), (saved.get("drafter") or {}).get("kind"))
+    if mine != theirs:
+        raise PipelineError(
+            f"run directory {paths.root} holds a {theirs[1]} run of recipe {theirs[0]}, not {mine[1]} of {mine[0]}; "
+            "give this run its own run_dir=PATH (or leave run_dir unset for a new timestamped one)"
+        )
+    changed = _changed_training(saved, cfg_dict)
+    if changed and any(paths.checkpoints.glob("step-*")):
+        raise PipelineError(
+            f"run directory {paths.root} holds checkpoints trained with other settings ({', '.join(changed)} "
+            "changed), which a resume would continue; give this run its own run_dir=PATH, or restore those settings"
+        )
+
+
+def _changed_training(saved: dict, current: dict) -> list[str]:
+    """The output-affecting drafter, trainer, data and target settings that differ between two configs."""
+    a, b = output_settings(RunConfig, saved), output_settings(RunConfig, current)
+    out = []
+    for group in ("target", "data", "drafter", "trainer"):
+        x, y = a.get(group) or {}, b.get(group) or {}
+        out += [f"{group}.{k}" for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)]
+    return out
+
+
+def find_dataset(config_hash: str, here: Path) -> Path | None:
+    """A complete distilled dataset with this distill hash in another run directory (runs/*/*/data, or a
+    sibling of this run), so that a trainer-only change does not distil again."""
+    from distill.run import read_manifest
+
+    candidates = [*Path("runs").glob("*/*/data"), *here.parent.parent.glob("*/data")]
+    for data in sorted(set(candidates)):
+        if data.resolve() == here.resolve():
+            continue
+        manifest = read_manifest(data)
+        if manifest and manifest.get("config_hash") == config_hash:
+            return data
+    return None
+
+
+def adopt_dataset(source: Path, here: Path) -> None:
+    """Copy a finished dataset into this run (hard links where the filesystem allows: no bytes duplicated)."""
+
+    def link_or_copy(src, dst):
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    staging = here.parent / f".data-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging, copy_function=link_or_copy, ignore=shutil.ignore_patterns(".*"))
+    if here.exists():  # empty (callers adopt only where no shard was written): make room for the rename
+        shutil.rmtree(here)
+    os.replace(staging, here)

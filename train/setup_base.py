@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from distill.feature_store import FeatureStore, store_dir, write_features
-from distill.target import eos_token_ids
+from distill.target import eos_token_ids, padding_id
 from heads.vocab import build_draft_vocab, pick_mask_token, token_counts
 from train.data import collate
 from train.errors import PipelineError
@@ -123,7 +123,7 @@ def sim_tau_selector(objective, dataset, start: int, ctx: TrainContext) -> Calla
     for i in range(0, len(rows), trainer.batch_size):
         chunk = rows[i : i + trainer.batch_size]
         part = dataset[chunk]
-        batch = collate(part["input_ids"], part["loss_mask"], trainer.max_seq_len, ctx.tokenizer.pad_token_id)
+        batch = collate(part["input_ids"], part["loss_mask"], trainer.max_seq_len, padding_id(ctx.tokenizer))
         batches.append(batch | {"rows": torch.tensor(chunk)})
 
     def select(model) -> float:
@@ -160,7 +160,7 @@ def mask_token(ctx: TrainContext, key: str, vocab_rows: Optional[int] = None) ->
     if vocab_rows is None:
         with whole_embeddings(ctx.target):
             vocab_rows = ctx.target.get_input_embeddings().weight.shape[0]
-    keep = {ctx.tokenizer.pad_token_id, *eos_token_ids(ctx.target, ctx.tokenizer)}
+    keep = {padding_id(ctx.tokenizer), *eos_token_ids(ctx.target, ctx.tokenizer)}
     token = pick_mask_token(
         ctx.dataset["input_ids"], vocab_rows, ctx.tokenizer.all_special_ids, exclude=keep, setting=f"drafter.{key}"
     )

@@ -11,8 +11,9 @@ import torch
 from accelerate.utils import DistributedType
 
 from distill.shards import atomic_write_text, load_distilled
-from distill.target import load_tokenizer
+from distill.target import load_tokenizer, padding_id
 from distill.target_heads import load_target_heads
+from heads.formats.staging import staged_directory
 from train.errors import PipelineError
 from train.loop import assign_state, build_accelerator, full_state_dict, launched_processes, train_loop
 from train.run_dir import read_json
@@ -93,7 +94,7 @@ def train_stage(run: Run) -> dict:
         prepared.drafter,
         prepared.objective,
         prepared.dataset,
-        pad_token_id=tokenizer.pad_token_id,
+        pad_token_id=padding_id(tokenizer),
         ckpt_dir=paths.checkpoints,
         config_dict={"drafter": run.cfg_dict["drafter"], "trainer": run.cfg_dict["trainer"]},
         select=prepared.select,
@@ -115,8 +116,9 @@ def train_stage(run: Run) -> dict:
         drafter = accelerator.unwrap_model(trained)
         assign_state(drafter, state)
         summary |= setup.finish(drafter, prepared, ctx)
-        drafter.save_pretrained(paths.final)
-        atomic_write_text(paths.final / SUMMARY, json.dumps(summary, indent=2))
+        with staged_directory(paths.final) as staged:  # whole or not at all: a full disk leaves the old final as it was
+            drafter.save_pretrained(staged)
+            atomic_write_text(staged / SUMMARY, json.dumps(summary, indent=2))
     accelerator.wait_for_everyone()
     accelerator.end_training()  # trackers and, when launched, the process group: later stages run on the main process
     return summary

@@ -59,7 +59,9 @@ def test_mixed_prompt_sources_keep_their_own_split_and_cap(tmp_path, micro_world
         return str(path)
 
     first, second = write("a.jsonl", [f"a{i}" for i in range(5)]), write("b.jsonl", [f"b{i}" for i in range(5)])
-    data = DataConfig(prompts=first, max_prompts=2, regenerate=False, mix=[PromptSource(prompts=second, max_prompts=3)])
+    data = DataConfig(
+        prompts=first, max_prompts=2, regenerate=False, holdout=0, mix=[PromptSource(prompts=second, max_prompts=3)]
+    )
     distill(TargetConfig(name_or_path="toyworld:micro"), data, tmp_path / "out", "cpu")
     rows = load_distilled(tmp_path / "out")
     texts = [tokenizer.decode(ids) for ids in rows["input_ids"]]

@@ -309,6 +309,10 @@ def _measured(path, target, tokenizer, micro_world, prompt_ids):
         "eval": report,
         "export_sha256": report["export_sha256"],
         "created": "2026-11-22T10:00:00Z",
+        "recipe": {
+            "recipe_name": "t",
+            "publish": {"min_tau": 1.0},
+        },  # random weights: τ 1.000, published under a bar of 1
     }
     write_provenance(out, prov, (evals / "eval_samples.jsonl").read_text())
     return out
@@ -340,8 +344,8 @@ def test_the_registry_re_measures_a_claim_and_refuses_one_it_cannot_reproduce(
 
 
 def test_a_drafter_made_elsewhere_is_published_once_drafthub_has_evaluated_it(tmp_path, weak_draft, micro_world):
-    """A plain transformers draft model (no drafthub.json): python -m eval records what the gate needs beside it,
-    and the registry re-measures and hosts it."""
+    """A plain transformers draft model (no drafthub.json): python -m eval record=true records what the gate needs
+    in it, and the registry re-measures and hosts it."""
     d = tmp_path / "elsewhere"
     weak_draft.save_pretrained(d)
     with pytest.raises(PublishError, match="no drafthub.json"):
@@ -356,13 +360,40 @@ def test_a_drafter_made_elsewhere_is_published_once_drafthub_has_evaluated_it(tm
             "eval.num_prompts=3",
             "eval.max_new_tokens=12",
             "eval.gamma_sweep=[]",
+            "record=true",
         ],
     )
     assert code == 0, err[-2000:]
     assert "recorded this report in" in out
-    prov = check_publishable(d)
+    with pytest.raises(PublishError, match=r"τ=1\.000 is below min_tau=1\.1"):  # random weights: the default bar
+        check_publishable(d)
+    prov = check_publishable(d, min_tau=1.0)
     assert prov["evaluated_by"] == "python -m eval" and prov["target"]["resolved"] == str(micro_world.target_dir)
     assert prov["eval"] == json.loads((tmp_path / "ev" / "eval_report.json").read_text())
-    entry = publish_local(d, tmp_path / "hub", verify_prompts=3)
+    entry = publish_local(d, tmp_path / "hub", min_tau=1.0, verify_prompts=3)
     assert entry["kind"] == "draft_lm" and entry["verified"]["tau"] == pytest.approx(prov["eval"]["tau"], rel=1e-9)
     assert (tmp_path / "hub" / entry["path"] / "README.md").read_text().count("made elsewhere and measured") == 1
+
+
+def test_a_drafter_with_another_tokenizer_is_refused_whatever_its_tau(tmp_path, weak_draft, micro_world):
+    """Its drafts are ids of other text: τ only measures the target, and "lossless" is true of any drafter."""
+    from distill.toyworld.tokenizer import train_tokenizer
+
+    d = tmp_path / "other-vocabulary"
+    weak_draft.save_pretrained(d)
+    train_tokenizer(["def f(x):\n    return x\n" * 50], vocab_size=300).save_pretrained(d)
+    argv = [
+        f"drafter_dir={d}",
+        f"prompts={micro_world.prompts_file('heldout')}",
+        f"out_dir={tmp_path / 'ev'}",
+        f"target_path={micro_world.target_dir}",
+        "eval.num_prompts=2",
+        "eval.max_new_tokens=8",
+        "eval.gamma_sweep=[]",
+        "record=true",
+    ]
+    code, _, err = run_app("eval", argv)
+    assert code == 0, err[-2000:]
+    assert json.loads((tmp_path / "ev" / "eval_report.json").read_text())["tokenizer_matches_target"] is False
+    with pytest.raises(PublishError, match="its tokenizer is not the target's"):
+        check_publishable(d, min_tau=1.0)

@@ -1,0 +1,121 @@
+"""Which prompts the eval stage measures, said once for preflight, eval and the card, and the proof that
+none of them was trained on.
+
+One of, in this order: `eval_prompts` (split `eval_split`, default train), `eval_split` of data.prompts,
+the toy world's heldout split, or the `data.holdout` prompts split off data.prompts before distillation
+(distill/heldout.py). A run with none of these is refused before any work.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from distill.chat import encode_prompt, prompt_messages
+from distill.heldout import TOYWORLD, digest_of_set, heldout_indices, holdout_active, prompt_digest
+from distill.prompts import load_conversations
+from distill.target import toyworld_prompts
+from train.config import RunConfig
+from train.errors import PipelineError
+
+FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+@dataclass(frozen=True)
+class EvalSource:
+    source: str  # a file, a dataset directory or name, or toyworld
+    split: Optional[str]  # None: a file's (or single-split dataset's) only split
+    holdout: bool  # True: only the held-out slice of `source` (data.holdout prompts, seeded)
+    description: str  # for the report and the card
+
+    def as_dict(self) -> dict:
+        return {"source": self.source, "split": self.split, "held_out_slice": self.holdout, "what": self.description}
+
+
+def eval_source(cfg: RunConfig) -> EvalSource:
+    """The eval prompt source of `cfg`, or one error naming the settings that would give one."""
+    if cfg.eval_prompts:
+        split = cfg.eval_split
+        what = f"eval_prompts={cfg.eval_prompts}" + (f" (split {split})" if split else "")
+        return EvalSource(cfg.eval_prompts, split, False, what)
+    if cfg.eval_split:
+        if cfg.data.prompts == TOYWORLD or not _is_file(cfg.data.prompts):
+            if cfg.eval_split == cfg.data.split:
+                raise PipelineError(
+                    f"eval_split={cfg.eval_split} is data.split, the split the drafter is trained on; name another "
+                    "split, set eval_prompts=FILE, or unset eval_split to measure the data.holdout prompts"
+                )
+            return EvalSource(cfg.data.prompts, cfg.eval_split, False, f"split {cfg.eval_split} of {cfg.data.prompts}")
+        raise PipelineError(
+            f"eval_split={cfg.eval_split}: data.prompts={cfg.data.prompts} is a file, which has no splits; set "
+            "eval_prompts=FILE, or unset eval_split to measure the data.holdout prompts split off before distillation"
+        )
+    if cfg.data.prompts == TOYWORLD:
+        return EvalSource(TOYWORLD, "heldout", False, "the toy world's heldout split (disjoint by source file)")
+    if holdout_active(cfg.data.prompts, cfg.data.holdout):
+        what = (
+            f"the {cfg.data.holdout} prompts of {cfg.data.prompts} (split {cfg.data.split}) held out before "
+            f"distillation (seed {cfg.data.holdout_seed})"
+        )
+        return EvalSource(cfg.data.prompts, cfg.data.split, True, what)
+    raise PipelineError(
+        "no held-out prompts to measure the drafter on: data.holdout=0 and neither eval_prompts nor eval_split is "
+        "set; set data.holdout=64 (split off data.prompts before distillation), eval_prompts=FILE or eval_split=SPLIT"
+    )
+
+
+def check_eval_source(cfg: RunConfig) -> None:
+    """Preflight: the eval source exists, has the split, and leaves room for the prompts eval decodes."""
+    src = eval_source(cfg)
+    wanted = cfg.eval.num_prompts + cfg.eval.warmup_prompts
+    if src.holdout and cfg.data.holdout < wanted:
+        raise PipelineError(
+            f"data.holdout={cfg.data.holdout} held-out prompts are fewer than eval decodes (eval.num_prompts="
+            f"{cfg.eval.num_prompts} + eval.warmup_prompts={cfg.eval.warmup_prompts}); raise data.holdout to {wanted}"
+        )
+    splits = local_splits(src.source)
+    if splits is not None and src.split is not None and src.split not in splits:
+        key = "eval_split" if (cfg.eval_split or cfg.eval_prompts) else "data.split"
+        raise PipelineError(
+            f"{src.source} has splits {splits}, not {src.split!r}; set {key} to one of them"
+            + ("" if cfg.eval_split or cfg.eval_prompts else ", or eval_prompts=FILE")
+        )
+
+
+def local_splits(source: str) -> Optional[list[str]]:
+    """The splits of a dataset directory saved with save_to_disk (None: not such a directory)."""
+    info = Path(source).expanduser() / "dataset_dict.json"
+    if info.is_file():
+        return list(json.loads(info.read_text())["splits"])
+    return ["train"] if (Path(source).expanduser() / "dataset_info.json").is_file() else None
+
+
+def _is_file(source: str) -> bool:
+    return source.endswith(FILE_SUFFIXES) or Path(source).expanduser().is_file()
+
+
+def eval_conversations(cfg: RunConfig, limit: int) -> tuple[EvalSource, list[list[dict]]]:
+    """Up to `limit` conversations of the eval source, in order (the held-out slice: in file order)."""
+    src = eval_source(cfg)
+    keys = {"prompts_key": "eval_prompts", "split_key": "eval_split"} if (cfg.eval_prompts or cfg.eval_split) else {}
+    toy = toyworld_prompts(cfg.target.name_or_path, src.split) if src.source == TOYWORLD else None
+    conversations = load_conversations(src.source, src.split, toy, **keys)
+    if src.holdout:
+        keep = heldout_indices(len(conversations), cfg.data.holdout, cfg.data.holdout_seed)
+        conversations = [conversations[i] for i in keep]
+    return src, conversations[:limit]
+
+
+def training_overlap(conversations: list[list[dict]], tokenizer, dataset) -> dict:
+    """How many eval prompts the distilled dataset trained on (by digest of their templated token ids)."""
+    eval_digests = [prompt_digest(encode_prompt(tokenizer, prompt_messages(c))) for c in conversations]
+    if dataset is None:
+        return {"eval_digest": digest_of_set(eval_digests), "training_digest": None, "overlap": None}
+    trained = {prompt_digest(ids[:n]) for ids, n in zip(dataset["input_ids"], dataset["prompt_length"])}
+    return {
+        "eval_digest": digest_of_set(eval_digests),
+        "training_digest": digest_of_set(trained),
+        "overlap": sum(d in trained for d in eval_digests),
+    }
