@@ -287,8 +287,10 @@ def _conversation(row, where: str) -> list[dict]:
             raise DistillError(f"{where}: 'messages' must be a non-empty list of {{role, content}} objects")
     elif "conversations" in row:  # ShareGPT
         turns = row["conversations"]
-        if not isinstance(turns, list) or not turns:
-            raise DistillError(f"{where}: 'conversations' must be a non-empty list of ShareGPT {{from, value}} turns")
+        if not isinstance(turns, list):
+            raise DistillError(f"{where}: 'conversations' must be a list of ShareGPT {{from, value}} turns")
+        # real ShareGPT dumps hold rows with no turns: an empty conversation, dropped and counted as one with no
+        # user turn (distill), or named as such (eval)
         messages = [_sharegpt_turn(t, where) for t in turns]
     else:
         raise DistillError(f"{where}: no 'messages' (or ShareGPT 'conversations') field; found {sorted(row)}")

@@ -9,9 +9,11 @@ import hashlib
 import importlib.util
 import json
 import time
+from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from jinja2.exceptions import TemplateError
 from tqdm.auto import tqdm
 
 from distill.chat import encode_chat, encode_prompt, prompt_messages, tokenizer_hash
@@ -115,14 +117,12 @@ def distill(
             f"target's context of {context} tokens; set data.max_prompt_tokens to at most {context - answer}"
         )
     if data.source == "corpus":
-        examples, dropped, heldout = _corpus(target, data, tokenizer), 0, []
+        examples, why, heldout = _corpus(target, data, tokenizer), Counter(), []
     else:
-        examples, dropped, heldout = _prompts(target, data, tokenizer)
-        if dropped:
-            print(
-                f"[distill] warning: dropped {dropped} prompts longer than data.max_prompt_tokens="
-                f"{data.max_prompt_tokens} or without a user turn (counted in manifest.json)"
-            )
+        examples, why, heldout = _prompts(target, data, tokenizer)
+        if why:
+            print(f"[distill] warning: dropped {_reasons(why)} (counted in manifest.json)")
+    dropped = dict(why)
     writer = ShardWriter(out_dir, {"config_hash": digest, "tokenizer": tokenizer_hash(tokenizer)})
     shards = [examples[i : i + data.shard_size] for i in range(0, len(examples), data.shard_size)]
     mine = [i for i in range(len(shards)) if i % data.num_shards == data.shard_index]  # all of them in one job
@@ -149,7 +149,7 @@ def distill(
             "of": data.num_shards,
             "shards": mine,
             "total_shards": len(shards),
-            "dropped_too_long": dropped,
+            "dropped": dropped,
             "heldout": heldout,
             "seconds": round(time.perf_counter() - start, 1),
         }
@@ -168,10 +168,10 @@ def distill(
     )
 
 
-def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[dict], int, list[int]]:
-    """The prompts of data.prompts and data.mix, encoded; how many were dropped as too long; the positions in
-    data.prompts of the held-out slice left out for eval (distill/heldout.py)."""
-    examples, dropped, no_user, offset, heldout = [], 0, 0, 0, []
+def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[dict], Counter, list[int]]:
+    """The prompts of data.prompts and data.mix, encoded; why others were dropped ({reason: count}); the positions
+    in data.prompts of the held-out slice left out for eval (distill/heldout.py)."""
+    examples, dropped, offset, heldout = [], Counter(), 0, []
     for number, source in enumerate([PromptSource(data.prompts, data.split, data.max_prompts), *data.mix]):
         if not source.prompts:
             raise DistillError("every data.mix entry needs prompts=<file, dataset directory or HF dataset name>")
@@ -182,20 +182,30 @@ def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[di
         if number == 0 and holdout_active(data.prompts, data.holdout):
             heldout = heldout_indices(len(conversations), data.holdout, data.holdout_seed)
             held = set(heldout)
-        more, skipped, userless = _encode(
+        more, why = _encode(
             tokenizer, conversations, data, source.max_prompts, first_index=offset, skip=frozenset(held)
         )
         offset += len(conversations)
-        examples, dropped, no_user = examples + more, dropped + skipped, no_user + userless
-    if not examples and no_user:
+        examples, dropped = examples + more, dropped + why
+    if not examples and dropped[NO_USER]:
         raise DistillError(
-            f"no usable prompt: {no_user} conversations have no user turn to answer"
-            f"{f' and {dropped - no_user} exceed data.max_prompt_tokens' if dropped > no_user else ''}; "
-            'give each {"messages": [...]} a {"role": "user", ...} message'
+            f'no usable prompt: {_reasons(dropped)}; give each {{"messages": [...]}} a {{"role": "user", ...}} message'
         )
-    if not examples:
+    if not examples and dropped[TOO_LONG]:
         raise DistillError(f"no prompt fits data.max_prompt_tokens={data.max_prompt_tokens}; raise it")
+    if not examples:
+        raise DistillError(
+            f"no usable prompt: {_reasons(dropped)}; drop the turns the target's chat template refuses from the "
+            "prompts, or set target.chat_template to a template that accepts them"
+        )
     return examples, dropped, heldout
+
+
+NO_USER, TOO_LONG = "without a user turn", "longer than data.max_prompt_tokens"
+
+
+def _reasons(dropped: Counter) -> str:
+    return ", ".join(f"{n} {why}" for why, n in dropped.most_common())
 
 
 def _corpus(target: TargetConfig, data: DataConfig, tokenizer) -> list[dict]:
@@ -233,7 +243,7 @@ def merge_parts(parts: list[str | Path], out_dir: str | Path, target: TargetConf
             if not writer.done(i):
                 writer.copy(i, ShardWriter.path_in(part, i))
     first = infos[0][1]
-    totals = {"num_shards": first["total_shards"], "dropped": first["dropped_too_long"], "heldout": first["heldout"]}
+    totals = {"num_shards": first["total_shards"], "dropped": first["dropped"], "heldout": first["heldout"]}
     seconds = sum(info["seconds"] for _, info in infos)
     return _write_manifest(out_dir, target, data, tokenizer, digest=digest, seconds=seconds, **totals)
 
@@ -262,7 +272,7 @@ def first_samples(source_dir: str | Path, out_dir: str | Path, target: TargetCon
         if not writer.done(i):
             writer.write(i, rows.select(range(first, min(first + data.shard_size, data.max_prompts))).to_dict())
     digest = config_hash(target, data)
-    dropped, heldout = source["prompts"]["dropped_too_long"], source["prompts"]["heldout"]["positions"]
+    dropped, heldout = source["prompts"]["dropped"], source["prompts"]["heldout"]["positions"]
     return _write_manifest(
         out_dir,
         target,
@@ -299,35 +309,43 @@ def _sampler(target: TargetConfig, data: DataConfig, tokenizer, device):
 
 def _encode(
     tokenizer, conversations, data: DataConfig, max_prompts: int, first_index: int = 0, skip: frozenset = frozenset()
-) -> tuple[list[dict], int, int]:
-    """Token ids per usable conversation, in file order; the count dropped (too long or no user turn) and,
-    of those, the count with no user turn.
+) -> tuple[list[dict], Counter]:
+    """Token ids per usable conversation, in file order, and why the others were dropped ({reason: count}):
+    too long, no user turn, or refused by the target's chat template (Gemma and Mistral raise on a system turn).
 
     prompt_index counts from first_index, so indices stay unique across mixed sources; conversations at
     positions in `skip` (the held-out slice) are left out.
     """
-    examples, dropped, no_user = [], 0, 0
+    examples, dropped = [], Counter()
     for index, messages in enumerate(conversations, first_index):
         if max_prompts and len(examples) >= max_prompts:
             break
         if index - first_index in skip:
             continue
-        if data.regenerate:
-            prompt = prompt_messages(messages)
-            if not any(m["role"] == "user" for m in prompt):
-                dropped, no_user = dropped + 1, no_user + 1
-                continue
-            ids = encode_prompt(tokenizer, prompt)
-            example = {"prompt_index": index, "prompt_ids": ids}
-        else:
-            ids, mask = encode_chat(tokenizer, messages)
-            first = mask.index(1) if 1 in mask else len(mask)
-            example = {"prompt_index": index, "prompt_ids": ids[:first], "input_ids": ids, "loss_mask": mask}
-        if len(example["prompt_ids"]) > data.max_prompt_tokens:
-            dropped += 1
+        try:
+            example = _example(tokenizer, messages, index, data.regenerate)
+        except TemplateError as e:
+            dropped[f"refused by the target's chat template ({e})"] += 1
             continue
-        examples.append(example)
-    return examples, dropped, no_user
+        if example is None:
+            dropped[NO_USER] += 1
+        elif len(example["prompt_ids"]) > data.max_prompt_tokens:
+            dropped[TOO_LONG] += 1
+        else:
+            examples.append(example)
+    return examples, dropped
+
+
+def _example(tokenizer, messages: list[dict], index: int, regenerate: bool) -> dict | None:
+    """One conversation's prompt ids (and, keeping the dataset's answers, its ids and loss mask); None: no user turn."""
+    if regenerate:
+        prompt = prompt_messages(messages)
+        if not any(m["role"] == "user" for m in prompt):
+            return None
+        return {"prompt_index": index, "prompt_ids": encode_prompt(tokenizer, prompt)}
+    ids, mask = encode_chat(tokenizer, messages)
+    first = mask.index(1) if 1 in mask else len(mask)
+    return {"prompt_index": index, "prompt_ids": ids[:first], "input_ids": ids, "loss_mask": mask}
 
 
 def _shard_rows(examples: list[dict], sampler, seed: int) -> dict[str, list]:
@@ -366,7 +384,8 @@ def _write_manifest(out_dir, target, data, tokenizer, *, digest, num_shards, dro
             "source": data.prompts,
             "split": data.split,
             "max_prompts": data.max_prompts,
-            "dropped_too_long": dropped,
+            "dropped_too_long": dropped.get(TOO_LONG, 0),
+            "dropped": dropped,  # {reason: count}: too long, no user turn, refused by the chat template
             # the held-out slice of data.prompts: positions in file order, never distilled (distill/heldout.py)
             "heldout": {"count": len(heldout), "seed": data.holdout_seed, "positions": heldout},
         },

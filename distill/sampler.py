@@ -6,6 +6,17 @@ import torch
 
 from distill.target import eos_token_ids, padding_id
 
+# Sampling settings at their no-op values, so that a target's generation_config cannot add to data.sampling.
+NEUTRAL = {
+    "top_k": 0,
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+}
+
 
 class HFSampler:
     """Answers prompts with the target's own `generate` (temperature / top-p / length cap)."""
@@ -37,7 +48,9 @@ class HFSampler:
             do_sample=not greedy,
             temperature=None if greedy else self.temperature,
             top_p=None if greedy else self.top_p,
-            top_k=None,
+            # the model's generation_config fills every setting left None: Qwen2.5 ships repetition_penalty 1.05 and
+            # top_k 20, which would answer with another distribution than data.sampling (and the vLLM backend) says
+            **NEUTRAL,
             max_new_tokens=self.max_new_tokens,
             pad_token_id=pad,
             eos_token_id=sorted(self.eos_ids),

@@ -20,6 +20,8 @@ from typing import Optional
 import torch
 from transformers import DynamicCache
 
+from eval.errors import EvalError
+
 
 def truncate(cache: DynamicCache, length: int) -> None:
     """Keep the first `length` positions of every layer (transformers 5 crops by a negative count)."""
@@ -62,13 +64,21 @@ def block_attention(
     return mask[:, None], position_ids
 
 
-def _check_full_attention(model) -> None:
-    """Slot surgery and our 4D masks assume every layer attends to every earlier token."""
+def _check_full_attention(model, length: int) -> None:
+    """Slot surgery and our 4D masks assume every layer attends to every earlier token. A sliding-window layer
+    (Gemma-2, Mistral v0.1) does, while the sequence fits its window: sequences up to `sliding_window` are exact."""
     kinds = set(getattr(model.config, "layer_types", None) or ["full_attention"])
-    if kinds != {"full_attention"}:
-        raise ValueError(
-            f"{model.config.model_type} layers of type {sorted(kinds - {'full_attention'})} are not supported; "
-            "the engine needs full attention in every layer"
+    other = kinds - {"full_attention", "sliding_attention"}
+    if other:
+        raise EvalError(
+            f"{model.config.model_type} layers of type {sorted(other)} are not supported; "
+            "the engine needs full (or sliding-window) attention in every layer"
+        )
+    window = getattr(model.config, "sliding_window", None)
+    if "sliding_attention" in kinds and (window is None or length > window):
+        raise EvalError(
+            f"{model.config.model_type}'s sliding-window layers see the last {window} tokens, and eval reached "
+            f"{length}: the engine is exact only within the window; lower eval.max_new_tokens or use shorter prompts"
         )
 
 
@@ -118,8 +128,8 @@ class SlotCache:
         Returns:
             the model output; logits (B, m, V) follow each node's own path.
         """
-        _check_full_attention(model)
         batch, m = input_ids.shape
+        _check_full_attention(model, self.valid.shape[1] + m)
         if self.dense and parents is None and input_valid is None:
             # Every slot valid and a plain chain: the model's own causal path is exact.
             out = model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, **kwargs)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
+from jinja2.exceptions import TemplateError
+
 from eval.errors import EvalError
 
 
@@ -45,7 +47,13 @@ def prompt_ids(
         prompt = prompt_messages(messages)
         if not any(m.get("role") == "user" for m in prompt):
             raise EvalError(f"eval prompt {number} has no user turn to answer; give it a {{'role': 'user'}} message")
-        chat = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
+        try:
+            chat = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
+        except TemplateError as e:  # Gemma's and Mistral's templates raise on a system turn
+            raise EvalError(
+                f"the target's chat template refuses eval prompt {number} ({e}); remove that turn from the prompts "
+                "or pass a chat template that accepts it"
+            ) from None
         ids = list(chat["input_ids"])
         if max_len is not None and len(ids) > max_len:
             if overlong == "refuse":

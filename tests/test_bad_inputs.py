@@ -176,18 +176,11 @@ CASES = [
         "empty.json holds no conversations; give it a JSON list of",
     ),
     (
-        "distill from a ShareGPT row with no turns",
-        "distill",
-        ["target=micro", "out_dir={t}/out"]
-        + ["data.prompts=" + os.path.join(os.path.dirname(__file__), "data", "prompts", "sharegpt-empty-row.json")],
-        "sharegpt-empty-row.json:15: 'conversations' must be a non-empty list of ShareGPT {from, value} turns",
-    ),
-    (
         "eval of ShareGPT prompts with a row with no turns",
         "eval",
         ["drafter_dir={f}/real-draft", "out_dir={t}/out", "target_path={micro}"]
         + ["prompts=" + os.path.join(os.path.dirname(__file__), "data", "prompts", "sharegpt-empty-row.json")],
-        "sharegpt-empty-row.json:15: 'conversations' must be a non-empty list of ShareGPT {from, value} turns",
+        "eval prompt 2 has no user turn to answer",
     ),
     (
         "eval of Latin-1 prompts",

@@ -39,7 +39,12 @@ def inputs(tmp_path_factory, standin):
     shutil.copytree(standin("llama3").path, grown)
     config = json.loads((grown / "config.json").read_text())
     (grown / "config.json").write_text(json.dumps(config | {"vocab_size": config["vocab_size"] - 8}))
-    return {"root": root, "gpt2": gpt2, "grown": grown, "llama3": standin("llama3").path}
+    endless = root / "no-end-token"  # neither an eos token nor an eos_token_id anywhere
+    shutil.copytree(standin("gpt2").path, endless)
+    for name, key in (("tokenizer_config.json", "eos_token"), ("generation_config.json", "eos_token_id")):
+        fields = json.loads((endless / name).read_text())
+        (endless / name).write_text(json.dumps(fields | {key: None}))
+    return {"root": root, "gpt2": gpt2, "grown": grown, "endless": endless, "llama3": standin("llama3").path}
 
 
 CASES = [
@@ -77,6 +82,11 @@ CASES = [
         "a tokenizer with more tokens than vocab_size",
         ["target.name_or_path={grown}", "data.prompts={root}/prompts.jsonl"],
         "tokens but the model's vocab_size is",
+    ),
+    (
+        "a target that names no end token",
+        ["target.name_or_path={endless}", "target.chat_template='{{{{ messages[0].content }}}}'"],
+        "names no end-of-sequence token (no eos_token in its tokenizer, no eos_token_id in generation_config.json)",
     ),
     (
         "a draft LM init with another vocabulary",
@@ -144,3 +154,36 @@ def test_a_second_recipe_in_a_run_directory_is_refused(tmp_path, monkeypatch):
     assert code == 2 and len(lines) == 1
     assert f"run directory {run} holds a medusa run of recipe toy_medusa, not draft_lm of toy" in lines[0]
     assert not (run / "data").exists()
+
+
+GPT2_TEMPLATE = (  # GPT-2 ships no chat template: a user brings one (target.chat_template)
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen2_5", "qwen3", "mistral", "gemma", "gpt2"])
+def test_each_model_familys_quirks_run_distill_train_and_eval(family, standin, tmp_path, monkeypatch):
+    """Several end ids (Qwen, Gemma), no bos (Qwen), a padded vocabulary (Qwen), no pad (Mistral, GPT-2), templates
+    that refuse a system turn (Mistral, Gemma: those prompts are dropped and counted), no template (GPT-2)."""
+    monkeypatch.chdir(tmp_path)
+    rows = [{"messages": [{"role": "user", "content": f"def f{i}(x):"}]} for i in range(14)]
+    rows[5:7] = [{"messages": [{"role": "system", "content": "Be brief."}, *r["messages"]]} for r in rows[5:7]]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = [
+        *SMALL,
+        f"target.name_or_path={standin(family).path}",
+        f"data.prompts={tmp_path / 'p.jsonl'}",
+        "stages=[distill,train,eval]",
+        f"run_dir={tmp_path / 'run'}",
+    ]
+    if family == "gpt2":
+        argv.append(f"target.chat_template={json.dumps(GPT2_TEMPLATE)}")
+    code, out, err = run_app("train", argv)
+    assert code == 0, err[-2000:]
+    manifest = json.loads((tmp_path / "run" / "data" / "manifest.json").read_text())
+    refused = sum(n for why, n in manifest["prompts"]["dropped"].items() if "chat template" in why)
+    assert manifest["counts"]["samples"] == 8 and refused == (2 if family in ("mistral", "gemma") else 0)
+    report = json.loads((tmp_path / "run" / "eval" / "eval_report.json").read_text())
+    assert report["lossless"] is True and report["prompts"]["overlap"] == 0

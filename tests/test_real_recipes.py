@@ -47,6 +47,8 @@ def prompt_sets(tmp_path_factory):
         }
         for i in range(80)
     ]
+    sharegpt[10]["conversations"] = []  # as in the real dumps: rows with no turns (dropped and counted)
+    sharegpt[20]["conversations"].insert(0, {"from": "system", "value": "You are a helpful assistant."})
     (root / "sharegpt.json").write_text(json.dumps(sharegpt))
     ultrachat = root / "ultrachat_200k"
     (ultrachat / "data").mkdir(parents=True)
@@ -205,3 +207,72 @@ def test_a_shipped_recipe_runs_end_to_end_on_its_stand_in(recipe, standin, promp
     index = json.loads((hub / "index.json").read_text())
     assert len(index["drafters"] if isinstance(index, dict) and "drafters" in index else index) >= 1
     print(f"{recipe}: tau {report['tau']:.3f}, served {report.get('served', {}).get('tau')}")
+
+
+def test_eagle_llama70b_runs_its_two_step_launch_on_its_stand_in(standin, prompt_sets, tmp_path, monkeypatch):
+    """The recipe's own flow: distil alone, then `accelerate launch --config_file conf/accelerate/zero3.yaml` trains
+    with the frozen target sharded by ZeRO-3 (2 CPU processes for 8 GPUs) and evaluates and publishes."""
+    pytest.importorskip(
+        "deepspeed", reason="the recipe trains under DeepSpeed ZeRO-3 (pip install drafthub[deepspeed])"
+    )
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(tmp_path)
+    llama3, run, hub = standin("llama3"), tmp_path / "run", tmp_path / "hub"
+    args = [
+        "recipe=eagle_llama70b",
+        *SIZES,
+        f"target.name_or_path={llama3.path}",
+        f"data.prompts={prompt_sets / 'sharegpt.json'}",
+        f"data.mix.0.prompts={prompt_sets / 'ultrachat_200k'}",
+        *MIX,
+        "data.backend=hf",
+        "data.tensor_parallel_size=1",
+        "drafter.layer_ids=[0,1,2]",
+        "drafter.select_samples=8",
+        "trainer.batch_size=2",
+        "trainer.grad_accum=2",
+        "eval.serve=null",
+        "eval.gamma_sweep=[]",
+        "eval.dynamic_tree.depth=3",
+        "eval.dynamic_tree.top_k=3",
+        "eval.dynamic_tree.total_tokens=8",
+        f"run_dir={run}",
+        f"publish.hub_dir={hub}",
+    ]
+    code, _, err = run_app("train", [*args, "stages=[distill]"])
+    assert code == 0, err[-2000:]
+    launch = [
+        "--config_file",
+        str(REPO / "conf" / "accelerate" / "zero3.yaml"),
+        "--num_processes",
+        "2",
+        "--mixed_precision",
+        "no",
+        "--main_process_port",
+        "0",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env.pop("ACCELERATE_USE_CPU", None)  # it would turn the DeepSpeed launch into plain DDP
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        *launch,
+        "-m",
+        "train",
+        *args,
+        "stages=[train,eval,publish]",
+    ]
+    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads((run / "checkpoints" / "final" / "train_summary.json").read_text())
+    assert summary["processes"] == 2 and summary["target"]["sharding"] == "zero3"
+    report = json.loads((run / "eval" / "eval_report.json").read_text())
+    assert report["lossless"] is True and report["prompts"]["overlap"] == 0
+    assert (hub / "index.json").exists()
+    print(f"eagle_llama70b: tau {report['tau']:.3f}")

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from jinja2.exceptions import TemplateError
+
 from distill.chat import encode_prompt, prompt_messages
 from distill.heldout import TOYWORLD, digest_of_set, heldout_indices, holdout_active, prompt_digest
 from distill.prompts import load_conversations
@@ -96,8 +98,9 @@ def _is_file(source: str) -> bool:
     return source.endswith(FILE_SUFFIXES) or Path(source).expanduser().is_file()
 
 
-def eval_conversations(cfg: RunConfig, limit: int) -> tuple[EvalSource, list[list[dict]]]:
-    """Up to `limit` conversations of the eval source, in order (the held-out slice: in file order)."""
+def eval_conversations(cfg: RunConfig, limit: int, tokenizer=None) -> tuple[EvalSource, list[list[dict]]]:
+    """Up to `limit` conversations of the eval source, in order (the held-out slice: in file order); with a
+    tokenizer, only those its chat template accepts."""
     src = eval_source(cfg)
     keys = {"prompts_key": "eval_prompts", "split_key": "eval_split"} if (cfg.eval_prompts or cfg.eval_split) else {}
     toy = toyworld_prompts(cfg.target.name_or_path, src.split) if src.source == TOYWORLD else None
@@ -105,7 +108,29 @@ def eval_conversations(cfg: RunConfig, limit: int) -> tuple[EvalSource, list[lis
     if src.holdout:
         keep = heldout_indices(len(conversations), cfg.data.holdout, cfg.data.holdout_seed)
         conversations = [conversations[i] for i in keep]
+    if tokenizer is not None:
+        conversations = templated(conversations, tokenizer)
     return src, conversations[:limit]
+
+
+def templated(conversations: list[list[dict]], tokenizer) -> list[list[dict]]:
+    """The conversations with a user turn that the target's chat template accepts (Gemma's and Mistral's refuse a
+    system turn), as distillation drops the others too; the count left out is printed."""
+    kept = []
+    for c in conversations:
+        if not any(m["role"] == "user" for m in prompt_messages(c)):
+            continue
+        try:
+            encode_prompt(tokenizer, prompt_messages(c))
+            kept.append(c)
+        except TemplateError:
+            pass
+    if len(kept) < len(conversations):
+        print(
+            f"[eval] warning: left out {len(conversations) - len(kept)} prompts without a user turn or refused by "
+            "the target's chat template"
+        )
+    return kept
 
 
 def training_overlap(conversations: list[list[dict]], tokenizer, dataset) -> dict:

@@ -49,7 +49,7 @@ def eval_prompt_ids(run: Run, tokenizer, max_len: int) -> tuple[list[list[int]],
     """Held-out prompts (train/eval_prompts.py) through the target's chat template, and what they are: their
     source and their overlap with the distilled dataset's prompts (0, or the gate refuses)."""
     cfg = run.cfg
-    src, conversations = eval_conversations(cfg, cfg.eval.num_prompts + cfg.eval.warmup_prompts)
+    src, conversations = eval_conversations(cfg, cfg.eval.num_prompts + cfg.eval.warmup_prompts, tokenizer)
     ids = prompt_ids(
         conversations, tokenizer, limit=len(conversations) or 1, max_len=max_len, overlong=cfg.eval.overlong_prompts
     )

@@ -150,12 +150,15 @@ def test_an_empty_json_file_holds_no_conversations(tmp_path, text):
     )
 
 
-def test_an_empty_sharegpt_row_is_named_as_conversations(tmp_path):
+def test_an_empty_sharegpt_row_is_an_empty_conversation_and_a_non_list_is_named(tmp_path):
+    """Real ShareGPT dumps hold rows with no turns: read as empty (distill drops and counts them)."""
     f = tmp_path / "sharegpt.json"
     f.write_text(json.dumps([*SHAREGPT, {"id": "c3", "conversations": []}], indent=2))
+    assert load_conversations(str(f), "train") == [*SHAREGPT_READ, []]
+    f.write_text(json.dumps([*SHAREGPT, {"id": "c3", "conversations": "hi"}], indent=2))
     with pytest.raises(DistillError) as e:
         load_conversations(str(f), "train")
-    assert str(e.value) == f"{f}:28: 'conversations' must be a non-empty list of ShareGPT {{from, value}} turns"
+    assert str(e.value) == f"{f}:28: 'conversations' must be a list of ShareGPT {{from, value}} turns"
 
 
 def test_a_file_without_an_extension_is_sniffed(tmp_path):

@@ -123,7 +123,7 @@ def test_truncate_crops_to_length(target):
     assert cache.get_seq_length() == 5
 
 
-def test_sliding_window_caches_are_refused(tmp_path_factory):
+def test_sequences_past_a_sliding_window_are_refused(tmp_path_factory):
     cfg = Qwen2Config(
         vocab_size=300,
         hidden_size=64,
@@ -136,5 +136,29 @@ def test_sliding_window_caches_are_refused(tmp_path_factory):
         max_window_layers=0,
     )
     model = Qwen2ForCausalLM(cfg).eval()
-    with pytest.raises(ValueError, match="not supported"):
+    from eval.errors import EvalError
+
+    with pytest.raises(EvalError, match="sliding-window layers see the last 4 tokens, and eval reached 6"):
         SlotCache(1, torch.device("cpu")).forward(model, torch.randint(0, 300, (1, 6)))
+
+
+def test_sliding_window_layers_are_exact_within_their_window_and_refused_past_it(standin):
+    """Gemma-2 alternates sliding-window and global layers: within the window both see every earlier token, so the
+    slot cache's masks are exact there (the logits equal a plain forward); past it, one clear error."""
+    from transformers import AutoModelForCausalLM
+
+    from eval.errors import EvalError
+    from eval.kv_cache import SlotCache
+
+    model = AutoModelForCausalLM.from_pretrained(standin("gemma").path).eval()
+    assert "sliding_attention" in model.config.layer_types
+    ids = torch.randint(10, 200, (1, 12), generator=torch.Generator().manual_seed(0))
+    cache = SlotCache(1, torch.device("cpu"))
+    with torch.no_grad():
+        cache.forward(model, ids[:, :8])
+        tree = cache.forward(model, ids[:, 8:], input_valid=torch.tensor([[True, True, False, True]]))
+        whole = model(ids[:, [*range(10), 11]]).logits
+    torch.testing.assert_close(tree.logits[0, [0, 1, 3]], whole[0, 8:])
+    model.config.sliding_window = 14
+    with pytest.raises(EvalError, match="sliding-window layers see the last 14 tokens, and eval reached 16"):
+        cache.forward(model, ids[:, :4])

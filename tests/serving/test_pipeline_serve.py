@@ -50,6 +50,7 @@ def test_training_free_ngram_runs_eval_serve_and_publish_from_its_settings(tmp_p
         "eval.max_new_tokens=24",
         "eval.gamma_sweep=[1,2]",
         "eval.vllm.speed_repeats=0",
+        "publish.min_tau=1.0",  # n-gram lookup on 4 micro prompts: τ ≈ 1.09, under the default bar of 1.1
     ]
     r = run("train", "recipe=toy_ngram", *small, "eval.serve=vllm", f"run_dir={tmp_path}/run")
     assert r.returncode == 0, r.stderr[-3000:]
