@@ -69,16 +69,24 @@ def source_identity(source: str) -> Optional[str]:
     return None
 
 
-def target_identity(name_or_path: str, revision: Optional[str]) -> Optional[str]:
-    """The target's weights, config and generation config by content for a local directory; for a Hub id, the
-    commit of a cached snapshot of `revision` where one is on disk (else None: the name and revision stand)."""
+def target_identity(name_or_path: str) -> Optional[str]:
+    """The target's weights, config and generation config by content, for a local directory (None for a Hub id:
+    its name and revision are in the settings, and `hub_commit` pins what they resolved to)."""
     path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        return tree_digest(path, _WEIGHT_FILES)
+    return tree_digest(path, _WEIGHT_FILES) if path.is_dir() else None
+
+
+def hub_commit(name_or_path: str, revision: Optional[str]) -> Optional[str]:
+    """The commit a Hub id's revision resolves to in the local HF cache (None: not cached, or not a Hub id).
+
+    Not part of the stage hash (a first run, before the download, could not know it); recorded in the manifest
+    and compared on reuse."""
+    if Path(name_or_path).expanduser().exists():
+        return None
     try:
         from huggingface_hub import snapshot_download
 
         snapshot = snapshot_download(name_or_path, revision=revision, local_files_only=True)
-    except Exception:  # not cached, not a repo id, or offline: nothing more to pin than the name and revision
+    except Exception:  # not cached, not a repo id, or offline: nothing to pin
         return None
     return Path(snapshot).name  # the snapshot folder is named by its commit

@@ -21,7 +21,7 @@ from distill.config import DATA_SOURCES, DataConfig, PromptSource, TargetConfig,
 from distill.corpus_windows import conversation_text, corpus_examples
 from distill.errors import DistillError
 from distill.heldout import heldout_indices, holdout_active
-from distill.inputs import source_identity, target_identity
+from distill.inputs import hub_commit, source_identity, target_identity
 from distill.prompts import load_conversations
 from distill.sampler import HFSampler
 from distill.shards import ShardWriter, atomic_write_text, load_distilled
@@ -49,7 +49,7 @@ def input_identities(target: TargetConfig, data: DataConfig) -> dict:
     toy = target.name_or_path.startswith(TOYWORLD_PREFIX)
     return {
         "prompts": [source_identity(s) for s in sources],
-        "target": None if toy else target_identity(target.name_or_path, target.revision),
+        "target": None if toy else target_identity(target.name_or_path),
     }
 
 
@@ -378,6 +378,7 @@ def _write_manifest(out_dir, target, data, tokenizer, *, digest, num_shards, dro
         "config_hash": digest,
         "target": {"name_or_path": target.name_or_path, "revision": target.revision},
         "inputs": input_identities(target, data),  # the prompt files' and the weights' content digests
+        "target_commit": hub_commit(target.name_or_path, target.revision),  # a Hub target's cached snapshot
         "tokenizer_hash": tokenizer_hash(tokenizer),
         "source": data.source,
         "prompts": {

@@ -187,3 +187,55 @@ def test_each_model_familys_quirks_run_distill_train_and_eval(family, standin, t
     assert manifest["counts"]["samples"] == 8 and refused == (2 if family in ("mistral", "gemma") else 0)
     report = json.loads((tmp_path / "run" / "eval" / "eval_report.json").read_text())
     assert report["lossless"] is True and report["prompts"]["overlap"] == 0
+
+
+def _hub_cache(root, repo: str, source, commit: str) -> None:
+    """`source` laid out as the Hugging Face cache holds a downloaded `repo` at `commit` (refs/main → snapshot)."""
+    import shutil
+
+    folder = root / f"models--{repo.replace('/', '--')}"
+    shutil.copytree(source, folder / "snapshots" / commit, ignore=shutil.ignore_patterns("standin.json"))
+    (folder / "refs").mkdir(exist_ok=True)
+    (folder / "refs" / "main").write_text(commit)
+
+
+@pytest.mark.slow
+def test_a_target_loaded_by_hub_name_is_pinned_to_the_commit_it_was_distilled_from(standin, tmp_path):
+    """Loading by name, as users do, from the HF cache (offline here); when the Hub repo moves on, the old dataset
+    is not silently reused: the rerun names the commit to pin."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    repo, cache = "meta-llama/Llama-3.1-8B-Instruct", tmp_path / "hf-cache"
+    _hub_cache(cache, repo, standin("llama3").path, "a" * 40)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"}]}) + "\n" for i in range(12))
+    )
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    cmd = [
+        sys.executable,
+        "-m",
+        "train",
+        "target=hf",
+        f"target.name_or_path={repo}",
+        "target.dtype=float32",
+        f"data.prompts={prompts}",
+        *TINY,
+        "stages=[distill]",
+        f"run_dir={tmp_path / 'run'}",
+    ]
+    first = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    manifest = json.loads((tmp_path / "run" / "data" / "manifest.json").read_text())
+    assert manifest["target_commit"] == "a" * 40 and manifest["counts"]["samples"] == 8
+    _hub_cache(cache, repo, standin("llama3").path, "b" * 40)  # the repo moved on; the cache follows main
+    again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 2
+    assert again.stderr.strip().splitlines()[-1] == (
+        f"error: {tmp_path / 'run' / 'data'} was distilled from {repo} at commit {'a' * 40}, which now resolves to "
+        f"{'b' * 40}; set target.revision={'a' * 40} to reuse it, or give this run its own run_dir=PATH"
+    )

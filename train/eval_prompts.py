@@ -133,14 +133,37 @@ def templated(conversations: list[list[dict]], tokenizer) -> list[list[dict]]:
     return kept
 
 
-def training_overlap(conversations: list[list[dict]], tokenizer, dataset) -> dict:
-    """How many eval prompts the distilled dataset trained on (by digest of their templated token ids)."""
-    eval_digests = [prompt_digest(encode_prompt(tokenizer, prompt_messages(c))) for c in conversations]
-    if dataset is None:
-        return {"eval_digest": digest_of_set(eval_digests), "training_digest": None, "overlap": None}
-    trained = {prompt_digest(ids[:n]) for ids, n in zip(dataset["input_ids"], dataset["prompt_length"])}
+def training_overlap(eval_ids: list[list[int]], dataset) -> dict:
+    """How many of the measured prompts (token ids as eval decoded them) the distilled dataset trained on."""
+    eval_digests = [prompt_digest(ids) for ids in eval_ids]
+    trained = training_digests(dataset) if dataset is not None else None
     return {
         "eval_digest": digest_of_set(eval_digests),
-        "training_digest": digest_of_set(trained),
-        "overlap": sum(d in trained for d in eval_digests),
+        "training_digest": digest_of_set(trained) if trained is not None else None,
+        "overlap": sum(d in trained for d in eval_digests) if trained is not None else None,
     }
+
+
+def training_digests(dataset) -> set[str]:
+    """The digests of the distilled dataset's prompts (each row's ids up to its prompt length)."""
+    return {prompt_digest(ids[:n]) for ids, n in zip(dataset["input_ids"], dataset["prompt_length"])}
+
+
+def check_disjoint(report: dict, samples: list[dict], dataset) -> None:
+    """The gate's proof, from the files: the samples are the prompts the report names (same digest) and none of
+    them is a prompt of the distilled dataset on disk."""
+    measured = report.get("prompts")
+    if not measured:
+        return  # a report from before held-out proofs (or python -m eval on a third-party drafter)
+    ids = [s["prompt_ids"] for s in samples]
+    if digest_of_set(prompt_digest(i) for i in ids) != measured["eval_digest"]:
+        raise PipelineError(
+            "refusing to publish: eval_samples.jsonl does not hold the prompts the report names; re-run eval, "
+            "then publish"
+        )
+    trained = training_digests(dataset) if dataset is not None else set()
+    if overlap := sum(prompt_digest(i) in trained for i in ids):
+        raise PipelineError(
+            f"refusing to publish: {overlap} of the measured prompts are in the distilled training data; re-run eval "
+            "on held-out prompts (eval_prompts=FILE or eval_split=SPLIT)"
+        )

@@ -54,7 +54,8 @@ def eval_prompt_ids(run: Run, tokenizer, max_len: int) -> tuple[list[list[int]],
         conversations, tokenizer, limit=len(conversations) or 1, max_len=max_len, overlong=cfg.eval.overlong_prompts
     )
     dataset = load_distilled(run.paths.data) if read_json(run.paths.data / "manifest.json") else None
-    return ids, src.as_dict() | {"count": len(ids)} | training_overlap(conversations, tokenizer, dataset)
+    measured = ids[: cfg.eval.num_prompts]  # the warm-up prompts are the first of these
+    return ids, src.as_dict() | {"count": len(measured)} | training_overlap(measured, dataset)
 
 
 def eval_stage(run: Run) -> dict:

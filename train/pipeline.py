@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from distill.config import output_settings
-from distill.inputs import source_identity
+from distill.inputs import hub_commit, source_identity
 from distill.lock import exclusive
 from distill.run import config_hash as distill_hash
 from distill.run import distill, read_manifest, why_redistil
@@ -81,6 +81,12 @@ def _reuse_or_announce(run: Run) -> None:
     data, digest = run.paths.data, run.stage_hash
     manifest = read_manifest(data)
     if manifest and manifest["config_hash"] == digest:
+        then, now = manifest.get("target_commit"), hub_commit(run.cfg.target.name_or_path, run.cfg.target.revision)
+        if then and now and then != now:
+            raise PipelineError(
+                f"{data} was distilled from {run.cfg.target.name_or_path} at commit {then}, which now resolves to "
+                f"{now}; set target.revision={then} to reuse it, or give this run its own run_dir=PATH"
+            )
         print(f"[distill] reusing {data}: distilled from these prompts, target and settings (hash {digest})")
     elif manifest:
         why = why_redistil(manifest, run.cfg.target, run.cfg.data)

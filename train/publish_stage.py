@@ -8,12 +8,13 @@ import json
 import time
 
 from distill.chat import tokenizer_hash
-from distill.shards import atomic_write_text
+from distill.shards import atomic_write_text, load_distilled
 from distill.target import load_tokenizer, resolve_target
-from eval.report import SAMPLES
+from eval.report import SAMPLES, read_samples
 from heads.families import get_family, write_provenance
 from heads.formats.fingerprint import served_files_hash
 from train.claim_check import verify_claim
+from train.eval_prompts import check_disjoint
 from train.eval_stage import REPORT
 from train.local_hub import publish_local
 from train.publish import PublishError, check_report, gate, push_to_hub
@@ -60,6 +61,8 @@ def publish_stage(run: Run) -> dict:
         )
     samples = paths.eval / SAMPLES
     check_report(report, cfg.publish.min_tau, str(paths.drafter), samples)  # the samples, where eval wrote them
+    dataset = load_distilled(paths.data) if read_json(paths.data / "manifest.json") else None
+    check_disjoint(report, read_samples(samples), dataset)  # measured prompts never trained on, proven from files
     prov = gate(provenance(run, report), paths.drafter, cfg.publish.min_tau)  # stale export, format checks
     write_provenance(paths.drafter, prov, samples.read_text())  # the evidence travels with the drafter
     record = {"stage_hash": run.stage_hash, "registry": None, "hub": None, "verified": None}
