@@ -188,8 +188,11 @@ def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[di
         offset += len(conversations)
         examples, dropped = examples + more, dropped + why
     if not examples and dropped[NO_USER]:
+        others = Counter({why: n for why, n in dropped.items() if why != NO_USER})
         raise DistillError(
-            f'no usable prompt: {_reasons(dropped)}; give each {{"messages": [...]}} a {{"role": "user", ...}} message'
+            f"no usable prompt: {dropped[NO_USER]} conversations have no user turn to answer"
+            + (f" (and {_reasons(others)})" if others else "")
+            + '; give each {"messages": [...]} a {"role": "user", ...} message'
         )
     if not examples and dropped[TOO_LONG]:
         raise DistillError(f"no prompt fits data.max_prompt_tokens={data.max_prompt_tokens}; raise it")

@@ -62,10 +62,24 @@ def _world_key(cfg: WorldConfig, corpus_digest: str) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
+_LOADED: dict[tuple[str, Path], ToyWorld] = {}  # per process: a built world never changes, its corpus neither
+
+
 def load_world(size: str) -> ToyWorld:
-    """Return the cached toy world of `size` (`micro` or `toy`), building it first if needed."""
+    """Return the cached toy world of `size` (`micro` or `toy`), building it first if needed.
+
+    Hashing the corpus to find the world costs ~0.5 s, and every stage resolves the alias: remembered per
+    process and cache directory once the world is built."""
     if size not in SIZES:
         raise ValueError(f"unknown toy world size {size!r}; choose one of {sorted(SIZES)}")
+    key = (size, cache_root())
+    if key in _LOADED and (_LOADED[key].root / "world.json").exists():
+        return _LOADED[key]
+    _LOADED[key] = world = _find_or_build(size)
+    return world
+
+
+def _find_or_build(size: str) -> ToyWorld:
     cfg = SIZES[size]
     train_files, heldout_files = corpus.list_sources()
     train_files = corpus.take_bytes(train_files, cfg.corpus_bytes)
