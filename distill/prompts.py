@@ -321,12 +321,12 @@ def _text(content, where: str) -> str:
         raise DistillError(f"{where} needs a string content (or a list of text parts); got {type(content).__name__}")
     texts = []
     for part in content:
-        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-        if kind == "text" and not isinstance(part.get("text"), str):
+        part_type = part.get("type") if isinstance(part, dict) else type(part).__name__
+        if part_type == "text" and not isinstance(part.get("text"), str):
             raise DistillError(f"{where} has a text part without a string 'text'; got {part!r:.80}")
-        if kind != "text":
+        if part_type != "text":
             raise DistillError(
-                f"{where} has a content part of type {kind!r}; only text parts "
+                f"{where} has a content part of type {part_type!r}; only text parts "
                 '({"type": "text", "text": "..."}) are supported: drop the others or the conversation'
             )
         texts.append(part["text"])

