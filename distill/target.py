@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig
 
 from distill.config import TargetConfig
 from distill.errors import DistillError
+from distill.known_targets import KNOWN_TARGETS
 
 TOYWORLD_PREFIX = "toyworld:"
 
@@ -164,3 +165,28 @@ def padding_id(tokenizer, eos_ids=()) -> int:
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def target_config(name_or_path: str, trust_remote_code: bool = False) -> PretrainedConfig:
+    """The target's config from a local directory, the toy world, the HF cache, or KNOWN_TARGETS — never the network."""
+    if name_or_path.startswith(TOYWORLD_PREFIX):
+        from distill.toyworld.config import SIZES
+        from distill.toyworld.target import target_config as toy_config
+
+        size = name_or_path[len(TOYWORLD_PREFIX) :]
+        if size not in SIZES:
+            raise DistillError(f"unknown toy world {name_or_path!r}; use one of {[TOYWORLD_PREFIX + s for s in SIZES]}")
+        return toy_config(SIZES[size])
+    if Path(name_or_path, "config.json").is_file():
+        return AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    if name_or_path in KNOWN_TARGETS:
+        fields = dict(KNOWN_TARGETS[name_or_path])
+        return AutoConfig.for_model(fields.pop("model_type"), **fields)
+    try:
+        return AutoConfig.from_pretrained(name_or_path, local_files_only=True, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):
+        raise DistillError(
+            f"no config.json for {name_or_path!r}: not a local directory, not in the HF cache, "
+            f"not among the known targets {sorted(KNOWN_TARGETS)}; "
+            f"download it (`hf download {name_or_path} config.json --local-dir DIR`) and set target.name_or_path=DIR"
+        ) from None

@@ -6,7 +6,7 @@ that measured them. Two checks keep them honest wherever they arrive:
 - `figures_digest`: one sha256 over every field of the report, the export's files hash and the
   samples' hash included. Editing a figure, the lossless flag or the served verdict by hand breaks
   it. It is an integrity check, not a signature: someone who recomputes it can forge it, which is
-  what re-measuring (train/claim_check.py, `--verify`) is for.
+  what re-measuring (train/registry/claim_check.py, `--verify`) is for.
 - `inconsistencies`: relations that hold for every honest measurement — α is accepted ÷ proposed,
   per-position acceptance sums to accepted ÷ drafting steps, τ is bounded by the accepted drafts
   and by γ + 1, the speed-ups (ours and served) are the ratios of their throughputs, lossless matches the equal

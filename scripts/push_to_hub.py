@@ -5,7 +5,7 @@
     python scripts/push_to_hub.py --list --hub-dir PATH [--target NAME]
     python scripts/push_to_hub.py --site --hub-dir PATH      # render the registry's site again (after an upgrade)
 
-The gate (train/publish.py) refuses a drafter whose eval report is missing, stale, not lossless,
+The gate (train/registry/gate.py) refuses a drafter whose eval report is missing, stale, not lossless,
 below its recipe's min_tau, rejected by the format checks or by the served check, whose figures were
 edited or contradict each other, or (re-measured: always for a registry, with --verify for the Hub)
 whose τ this machine does not reproduce. The Hub token
@@ -21,10 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from train.claim_check import VERIFY_PROMPTS, verify_claim  # noqa: E402
-from train.hub_columns import list_header, list_line  # noqa: E402
-from train.local_hub import list_drafters, publish_local, rebuild_site  # noqa: E402
-from train.publish import (  # noqa: E402
+from train.registry.claim_check import VERIFY_PROMPTS, verify_claim  # noqa: E402
+from train.registry.gate import (  # noqa: E402
     PublishError,
     check_publishable,
     push_to_hub,
@@ -32,6 +30,8 @@ from train.publish import (  # noqa: E402
     run_revision,
     upload_files,
 )
+from train.registry.hub_columns import list_header, list_line  # noqa: E402
+from train.registry.local_hub import list_drafters, publish_local, rebuild_site  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

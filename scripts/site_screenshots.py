@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from train.hub_site.pages import best_row  # noqa: E402
+from train.registry.site.pages import best_row  # noqa: E402
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 

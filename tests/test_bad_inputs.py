@@ -245,7 +245,7 @@ def test_a_stale_lock_from_a_dead_process_is_taken_over_with_a_message(tmp_path,
 
 
 def test_a_run_directory_keeps_nothing_a_killed_write_left(tmp_path):
-    from train.run_dir import clean_debris
+    from train.stages.run_dir import clean_debris
 
     (tmp_path / ".hydra").mkdir()
     (tmp_path / ".drafter-old").mkdir()  # killed between the two renames of the export swap

@@ -92,7 +92,7 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world, monkeypat
     prov = json.loads((run_dir / "drafter" / "drafthub.json").read_text())
     assert prov["target"]["name_or_path"] == "toyworld:micro" and prov["eval"]["tau"] == report["tau"]
     # The published directory passes the same gate push_to_hub applies, and went into the local hub.
-    from train.publish import check_publishable
+    from train.registry.gate import check_publishable
 
     assert check_publishable(run_dir / "drafter")["export_sha256"] == prov["export_sha256"]
     index = json.loads((tmp_path / "hub" / "index.json").read_text())["drafters"]

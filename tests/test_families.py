@@ -40,8 +40,8 @@ from heads.peagle import PEagleDrafter
 from heads.vocab import build_draft_vocab
 from tests.conftest import REPO
 from train.config import register_configs
-from train.preflight import check_run
 from train.setups import SETUPS
+from train.stages.preflight import check_run
 
 register_configs()
 

@@ -24,7 +24,7 @@ def main(cfg) -> None:
     from heads.errors import HeadsError
     from train.pipeline import PipelineError, run_pipeline
     from train.planner import PlanError
-    from train.publish import PublishError, require_hub_token
+    from train.registry.gate import PublishError, require_hub_token
 
     try:
         if cfg.publish.repo_id and "publish" in cfg.stages and not cfg.dry_run:

@@ -12,9 +12,15 @@ import shutil
 import warnings
 from pathlib import Path
 
+import torch
+from safetensors.torch import load_file, save_file
+
+from distill.shards import atomic_write_text
 from heads.formats.staging import replace_directory
+from train.distributed import full_state_dict
 
 META = "meta.json"
+BEST_WEIGHTS, BEST_META = "best.safetensors", "best.json"  # keep_best's pick, beside the checkpoints
 FULL_DISK_BYTES = 1 << 20  # less free than this after a failed write: the disk filled up (torch.save won't say so)
 
 
@@ -83,3 +89,28 @@ def load_latest(accelerator, root: Path, current: dict) -> int:
         )
     accelerator.load_state(str(latest))
     return int(meta["step"])
+
+
+def keep_best(accelerator, model: torch.nn.Module, select, ckpt_dir: Path, step: int) -> None:
+    """Score the current weights; if they beat the best so far, write them (atomically) as the best."""
+    model.eval()
+    with torch.no_grad():
+        score = float(select(accelerator.unwrap_model(model)))  # host sync: once per checkpoint
+    model.train()
+    meta_file = Path(ckpt_dir) / BEST_META
+    best = json.loads(meta_file.read_text()) if meta_file.exists() else None
+    state = full_state_dict(accelerator, model)  # every process takes part (ZeRO-3 gathers)
+    if accelerator.is_main_process and (best is None or score > best["score"]):
+        tmp = Path(ckpt_dir) / f".tmp-{BEST_WEIGHTS}"
+        save_file(state, str(tmp))
+        os.replace(tmp, Path(ckpt_dir) / BEST_WEIGHTS)
+        atomic_write_text(meta_file, json.dumps({"step": step, "score": score}))
+    accelerator.wait_for_everyone()
+
+
+def best_weights(ckpt_dir: Path) -> tuple[dict, dict] | None:
+    """(state dict, {"step", "score"}) of the best checkpoint kept by keep_best, or None."""
+    meta_file = Path(ckpt_dir) / BEST_META
+    if not meta_file.exists():
+        return None
+    return load_file(str(Path(ckpt_dir) / BEST_WEIGHTS)), json.loads(meta_file.read_text())

@@ -67,7 +67,7 @@ class PublishConfig:
         None  # also upload to this Hugging Face repo (token: HF_TOKEN or `hf auth login`), one branch per run
     )
     private: bool = True  # a repo created by the upload is private unless set false
-    # re-measure τ on verify_prompts of the drafter's own eval prompts before publishing (train/claim_check.py);
+    # re-measure τ on verify_prompts of its own eval prompts before publishing (train/registry/claim_check.py);
     # the local registry lists the re-measured figures. 0 = off (the gate still checks the figures' digest)
     verify_prompts: int = 8
 

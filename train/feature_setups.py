@@ -15,8 +15,8 @@ from heads.medusa import MedusaHeads
 from heads.peagle import PEagleDrafter
 from heads.vocab import build_draft_vocab
 from train.calibration import calibrate_medusa
+from train.checkpoint import best_weights
 from train.dflash_objective import DFlashDenoising
-from train.loop import best_weights
 from train.losses import KD_LOSSES
 from train.objectives import Eagle1Distillation, Eagle3TrainingTimeTest, MedusaDistillation
 from train.peagle_objective import PEagleParallelDrafting

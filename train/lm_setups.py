@@ -58,7 +58,7 @@ def _meta_draft_lm(cfg, target, config) -> torch.nn.Module:
     if cfg.drafter.init:  # a pretrained draft LM: plan from its config.json likewise
         from transformers import AutoModelForCausalLM
 
-        from train.planner import target_config
+        from distill.target import target_config
 
         drafter = AutoModelForCausalLM.from_config(target_config(cfg.drafter.init, cfg.target.trust_remote_code))
     else:
@@ -184,7 +184,7 @@ def _meta_layer_skip(cfg, target, config) -> torch.nn.Module:
 
 
 def _activations_layer_skip(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_bytes) -> tuple[float, float]:
-    from train.planner import target_config
+    from distill.target import target_config
 
     if not cfg.drafter.fine_tune_steps:
         return 0.0, 0.0  # the search runs the target without gradients

@@ -4,7 +4,7 @@ Each stage records the hash of everything that determines its output, chained so
 output stays valid while everything upstream is unchanged; a rerun skips a stage whose output
 carries the current hash, so a crashed run resumes instead of restarting. The stages themselves
 live in train/{train,eval,publish}_stage.py (distill: distill/run.py); the run directory in
-train/run_dir.py.
+train/stages/run_dir.py.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from eval.config import EvalConfig
 from heads.families import get_family
 from train.config import PublishConfig, RunConfig, TrainerConfig
 from train.errors import PipelineError
-from train.eval_stage import eval_stage
-from train.preflight import check_run
-from train.publish_stage import publish_stage
-from train.run_dir import RunPaths, adopt_dataset, check_ownership, clean_debris, find_dataset, resolve_run_dir
 from train.setup_base import vllm_store
 from train.setups import training_setup
-from train.stage import Run
-from train.train_stage import train_stage
+from train.stages.eval import eval_stage
+from train.stages.preflight import check_run
+from train.stages.publish import publish_stage
+from train.stages.run import Run
+from train.stages.run_dir import RunPaths, adopt_dataset, check_ownership, clean_debris, find_dataset, resolve_run_dir
+from train.stages.train import train_stage
 
 __all__ = ["PipelineError", "resolve_run_dir", "run_pipeline"]
 

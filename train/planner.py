@@ -15,12 +15,11 @@ from pathlib import Path
 
 import torch
 import yaml
-from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
+from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from distill.feature_store import bytes_needed
-from distill.target import TOYWORLD_PREFIX
+from distill.target import target_config
 from train.config import PlanConfig
-from train.known_targets import KNOWN_TARGETS
 from train.setups import training_setup
 from train.sharded_target import choose_sharding
 
@@ -67,31 +66,6 @@ def read_launch(plan: PlanConfig) -> Launch:
                 f"{path}: distributed_type {distributed} is not planned; use DDP (MULTI_GPU), DEEPSPEED or FSDP"
             )
     return Launch(strategy, plan.num_processes or int(raw.get("num_processes", 1)), raw.get("mixed_precision", "no"))
-
-
-def target_config(name_or_path: str, trust_remote_code: bool = False) -> PretrainedConfig:
-    """The target's config from a local directory, the toy world, the HF cache, or KNOWN_TARGETS — never the network."""
-    if name_or_path.startswith(TOYWORLD_PREFIX):
-        from distill.toyworld.config import SIZES
-        from distill.toyworld.target import target_config as toy_config
-
-        size = name_or_path[len(TOYWORLD_PREFIX) :]
-        if size not in SIZES:
-            raise PlanError(f"unknown toy world {name_or_path!r}; use one of {[TOYWORLD_PREFIX + s for s in SIZES]}")
-        return toy_config(SIZES[size])
-    if Path(name_or_path, "config.json").is_file():
-        return AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
-    if name_or_path in KNOWN_TARGETS:
-        fields = dict(KNOWN_TARGETS[name_or_path])
-        return AutoConfig.for_model(fields.pop("model_type"), **fields)
-    try:
-        return AutoConfig.from_pretrained(name_or_path, local_files_only=True, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError):
-        raise PlanError(
-            f"no config.json for {name_or_path!r}: not a local directory, not in the HF cache, "
-            f"not among the known targets {sorted(KNOWN_TARGETS)}; "
-            f"download it (`hf download {name_or_path} config.json --local-dir DIR`) and set target.name_or_path=DIR"
-        ) from None
 
 
 def _meta_models(cfg, config: PretrainedConfig):

@@ -18,8 +18,8 @@ from distill.feature_store import FeatureStore, store_dir, write_features
 from distill.target import eos_token_ids, padding_id
 from heads.vocab import build_draft_vocab, pick_mask_token, token_counts
 from train.data import collate
+from train.distributed import launched_processes
 from train.errors import PipelineError
-from train.loop import launched_processes
 from train.on_policy import OnPolicy
 from train.sharded_target import whole_embeddings
 

@@ -100,7 +100,7 @@ def test_the_mask_token_is_an_unused_special_token_else_the_highest_unused_id():
 )
 def test_bad_settings_stop_the_run_before_any_work(override, error, message):
     from tests.test_families import _compose
-    from train.preflight import check_run
+    from train.stages.preflight import check_run
 
     cfg = OmegaConf.to_object(_compose("recipe=toy_pard", "target=micro", override))
     with pytest.raises(error, match=message) as e:

@@ -12,9 +12,9 @@ from eval.prompts import prompt_ids, prompt_messages
 from heads.config import DraftLMConfig
 from tests.cli_runs import run_app
 from train.config import RunConfig
-from train.eval_stage import eval_prompt_ids
-from train.run_dir import RunPaths
-from train.stage import Run
+from train.stages.eval import eval_prompt_ids
+from train.stages.run import Run
+from train.stages.run_dir import RunPaths
 
 CONVERSATIONS = [
     [{"role": "user", "content": "x = 1\n"}, {"role": "assistant", "content": "y = 2\n"}],

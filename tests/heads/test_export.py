@@ -67,7 +67,7 @@ def test_an_export_killed_at_any_point_leaves_a_complete_one_and_the_rerun_is_id
 
     from heads.formats import staging
     from heads.formats.fingerprint import served_files_hash
-    from train.run_dir import clean_debris
+    from train.stages.run_dir import clean_debris
 
     torch.manual_seed(0)
     drafter = DraftLM.from_config(

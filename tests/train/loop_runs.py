@@ -4,7 +4,8 @@ does, so resume tests kill and restart exactly what users run."""
 from pathlib import Path
 
 from train.config import TrainerConfig
-from train.loop import build_accelerator, train_loop
+from train.distributed import build_accelerator
+from train.loop import train_loop
 
 
 def run_loop(tmp: Path, cfg: TrainerConfig, drafter, objective, dataset, pad_token_id: int, *, stop_after=None):

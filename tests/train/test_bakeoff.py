@@ -8,8 +8,8 @@ from hydra import compose, initialize_config_module
 from heads.families import CATEGORIES
 from train.bakeoff import free_vs_trained, recommend, render_markdown
 from train.config import register_configs
-from train.local_hub import read_index
 from train.pipeline import run_pipeline
+from train.registry.local_hub import read_index
 
 
 def _row(recipe, speedup, tau, lossless=True, verdict=None, trained=True):

@@ -19,10 +19,10 @@ from heads.ngram import NgramDrafter
 from tests.cli_runs import run_push
 from tests.conftest import REPO
 from tests.train.publishing import SERVED, published_drafter, sweep_row
-from train import hub_site
-from train.hub_columns import COLUMNS, cells
-from train.hub_site.pages import best_row
-from train.local_hub import ROW_FORMAT, list_drafters, publish_local, read_index, rebuild_site
+from train.registry import site as hub_site
+from train.registry.hub_columns import COLUMNS, cells
+from train.registry.local_hub import ROW_FORMAT, list_drafters, publish_local, read_index, rebuild_site
+from train.registry.site.pages import best_row
 
 HOSTILE = 'evil<img src="x" onerror="alert(1)">'  # a model name must never become markup
 SWEEP = [sweep_row(g, 1 + 0.4 * g, 1 + 0.1 * g) for g in (1, 2, 4)]
@@ -180,7 +180,7 @@ def test_the_site_is_swapped_whole_and_a_stale_or_failed_build_is_repaired(tmp_p
     def broken(*args):
         raise RuntimeError("rendering failed")
 
-    monkeypatch.setattr("train.hub_site.pages.render_site", broken)  # a failed build: the old site stays whole
+    monkeypatch.setattr("train.registry.site.pages.render_site", broken)  # a failed build: the old site stays whole
     with pytest.raises(RuntimeError):
         publish_local(b, hub, verify_prompts=0)
     assert (hub / "site").resolve() == first and sorted(p.name for p in hub.glob(".site-*")) == [first.name]

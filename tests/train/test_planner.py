@@ -9,6 +9,9 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from distill.errors import DistillError
+from distill.known_targets import KNOWN_TARGETS
+from distill.target import target_config
 from heads.config import DraftLMConfig, Eagle3Config, MedusaConfig
 from heads.draft_lm import DraftLM
 from heads.eagle import Eagle3Drafter
@@ -16,8 +19,7 @@ from heads.medusa import MedusaHeads
 from heads.vocab import build_draft_vocab
 from tests.conftest import REPO
 from train.config import PlanConfig, RunConfig, register_configs
-from train.known_targets import KNOWN_TARGETS
-from train.planner import PlanError, _state_bytes, plan_run, read_launch, render_plan, target_config
+from train.planner import PlanError, _state_bytes, plan_run, read_launch, render_plan
 
 REAL_RECIPES = ["eagle_llama8b", "eagle_llama70b", "medusa_vicuna7b", "pard_llama8b", "dflash_llama8b"]
 
@@ -100,7 +102,7 @@ def test_launch_is_read_from_the_accelerate_configs():
 def test_unknown_target_names_the_fix(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty cache
-    with pytest.raises(PlanError, match="hf download acme/unknown-model config.json"):
+    with pytest.raises(DistillError, match="hf download acme/unknown-model config.json"):
         target_config("acme/unknown-model")
 
 

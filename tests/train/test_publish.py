@@ -15,8 +15,8 @@ from heads.families import write_provenance
 from heads.formats.fingerprint import served_files_hash
 from tests.cli_runs import run_app, run_push
 from tests.train.publishing import SERVED, consistent_report, published_drafter, tiny_export
-from train.local_hub import list_drafters, publish_local, read_index
-from train.publish import PublishError, check_publishable, push_to_hub
+from train.registry.gate import PublishError, check_publishable, push_to_hub
+from train.registry.local_hub import list_drafters, publish_local, read_index
 
 SECRET = "hf_drafthubTestSecretNeverWritten"
 
@@ -243,7 +243,7 @@ def test_racing_publishes_each_get_a_version_and_an_index_row(tmp_path, target, 
     import threading
     import time
 
-    from train import local_hub
+    from train.registry import local_hub
 
     drafters = [published_drafter(tmp_path / f"d{i}", target, tokenizer, tau=2.5 - i / 4) for i in range(2)]
     hub = tmp_path / "hub"
@@ -264,7 +264,7 @@ def test_racing_publishes_each_get_a_version_and_an_index_row(tmp_path, target, 
 
 
 def test_a_publish_killed_before_the_index_update_is_indexed_by_the_next(tmp_path, target, tokenizer, monkeypatch):
-    from train import local_hub
+    from train.registry import local_hub
 
     d, d2, d3 = (published_drafter(tmp_path / f"d{i}", target, tokenizer, tau=2.5 - i / 4) for i in range(3))
     hub = tmp_path / "hub"

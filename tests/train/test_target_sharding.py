@@ -7,8 +7,8 @@ from omegaconf import OmegaConf
 
 from tests.test_families import _compose
 from train.errors import PipelineError
-from train.preflight import check_run
 from train.sharded_target import choose_sharding
+from train.stages.preflight import check_run
 
 
 @pytest.mark.parametrize(

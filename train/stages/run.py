@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from train.config import RunConfig
-from train.run_dir import RunPaths
+from train.stages.run_dir import RunPaths
 
 
 @dataclass(frozen=True)

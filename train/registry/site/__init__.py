@@ -13,7 +13,7 @@ Layout inside the registry:
     site/static/, site/plots/             the stylesheet and scripts (no CDN, fonts or external scripts: the hub
                                           may live on an air-gapped network); the plots, kept between builds
 
-Called with the registry's lock held (train/local_hub.py).
+Called with the registry's lock held (train/registry/local_hub.py).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def site_is_stale(hub: Path, rows: list[dict]) -> bool:
 
 def write_site(hub: Path, rows: list[dict]) -> None:
     """Render the whole site from `rows` into a fresh build, swap the `site` link to it, then the front page."""
-    from train.hub_site.pages import render_site
+    from train.registry.site.pages import render_site
 
     link = hub / SITE
     previous = link.resolve() if link.is_symlink() else None

@@ -24,7 +24,7 @@ from eval.config import EvalConfig
 from eval.proposers import load_proposer
 from eval.report import SAMPLES, read_samples
 from eval.run import evaluate
-from train.publish import PublishError
+from train.registry.gate import PublishError
 
 VERIFY_PROMPTS = 8  # prompts re-decoded: a short eval, seconds for small targets
 VERIFY_TOLERANCE = 0.2  # |re-measured τ − claimed τ| / claimed τ allowed (a subset of the prompts varies)

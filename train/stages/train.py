@@ -14,13 +14,14 @@ from distill.shards import atomic_write_text, load_distilled
 from distill.target import load_tokenizer, padding_id
 from distill.target_heads import load_target_heads
 from heads.formats.staging import staged_directory
+from train.distributed import assign_state, build_accelerator, full_state_dict, launched_processes
 from train.errors import PipelineError
-from train.loop import assign_state, build_accelerator, full_state_dict, launched_processes, train_loop
-from train.run_dir import read_json
+from train.loop import train_loop
 from train.setup_base import TrainContext
 from train.setups import training_setup
 from train.sharded_target import choose_sharding, full_bytes, held_bytes, load_training_target
-from train.stage import Run
+from train.stages.run import Run
+from train.stages.run_dir import read_json
 
 SUMMARY = "train_summary.json"
 

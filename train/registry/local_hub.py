@@ -31,9 +31,9 @@ from distill.shards import atomic_write_text
 from eval.claims import DIGEST
 from heads.card import speed_warnings, timing_device
 from heads.families import get_family
-from train.claim_check import VERIFY_PROMPTS, verify_claim
-from train.hub_site import SITE, site_is_stale, write_site
-from train.publish import PublishError, check_publishable
+from train.registry.claim_check import VERIFY_PROMPTS, verify_claim
+from train.registry.gate import PublishError, check_publishable
+from train.registry.site import SITE, site_is_stale, write_site
 
 INDEX = "index.json"
 LOCK_WAIT_SECONDS = 600.0  # a racing publish waits this long for the one ahead of it (copies can be large)
@@ -94,7 +94,7 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
         "export_sha256": prov.get("export_sha256"),
         "figures_sha256": ev.get(DIGEST),
         "published": published,
-        "verified": None,  # the re-measured figures (train/claim_check.py), where the publish re-measured
+        "verified": None,  # the re-measured figures (train/registry/claim_check.py), where the publish re-measured
     }
 
 
@@ -215,8 +215,8 @@ def publish_local(
     version: publishing them again (a rerun after a kill) returns the row they already have.
 
     Args:
-        gated: the provenance the caller has just passed through train.publish.gate (the publish stage).
-        verify_prompts: eval prompts re-decoded before publishing (train/claim_check.py); 0 = trust the figures.
+        gated: the provenance the caller has just passed through train.registry.gate.gate (the publish stage).
+        verify_prompts: eval prompts re-decoded before publishing (registry/claim_check.py); 0 = trust the figures.
         verified: the re-measured figures, where the caller has just re-measured them.
     """
     prov = gated if gated is not None else check_publishable(drafter_dir, min_tau)

@@ -4,7 +4,7 @@ A drafter leaves the machine only when its own `drafthub.json` proves it: an eva
 its figures are the ones eval measured (their digest, eval/claims.py) and agree with each other and
 with the samples beside them, it was measured on exactly these files (the export hash inside the
 report still matches), it was lossless, it reached the recipe's `min_tau`, the format checks pass,
-and — where a served check ran — vLLM agreed. `--verify` (train/claim_check.py) re-measures τ on
+and — where a served check ran — vLLM agreed. `--verify` (train/registry/claim_check.py) re-measures τ on
 top. Every refusal is one `PublishError` line naming the fix.
 
 The Hub token is never passed through here: huggingface_hub takes it from HF_TOKEN or the saved

@@ -13,14 +13,14 @@ from distill.target import load_tokenizer, resolve_target
 from eval.report import SAMPLES, read_samples
 from heads.families import get_family, write_provenance
 from heads.formats.fingerprint import served_files_hash
-from train.claim_check import verify_claim
 from train.eval_prompts import check_disjoint
-from train.eval_stage import REPORT
-from train.local_hub import publish_local
-from train.publish import PublishError, check_report, gate, push_to_hub
-from train.run_dir import read_json
-from train.stage import Run
-from train.train_stage import SUMMARY
+from train.registry.claim_check import verify_claim
+from train.registry.gate import PublishError, check_report, gate, push_to_hub
+from train.registry.local_hub import publish_local
+from train.stages.eval import REPORT
+from train.stages.run import Run
+from train.stages.run_dir import read_json
+from train.stages.train import SUMMARY
 
 
 def provenance(run: Run, report: dict) -> dict:

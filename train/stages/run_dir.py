@@ -17,8 +17,8 @@ from omegaconf import OmegaConf
 
 from distill.config import output_settings
 from train.config import RunConfig
+from train.distributed import launched_processes
 from train.errors import PipelineError
-from train.loop import launched_processes
 
 
 @dataclass(frozen=True)

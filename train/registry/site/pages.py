@@ -1,7 +1,7 @@
 """The site's pages, rendered from the index rows (figures) and each version's own files (card, provenance, plots).
 
-Every figure a page prints is a cell of train/hub_columns.py, so the leaderboard, the drafter pages, the compare
-view and `push_to_hub.py --list` agree to the character.
+Every figure a page prints is a cell of train/registry/hub_columns.py, so the leaderboard, the drafter pages, the
+compare view and `push_to_hub.py --list` agree to the character.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from eval.report import plot_acceptance, plot_sweep
 from heads.card import training_line
 from heads.families import CATEGORIES, usage_text
 from train.bakeoff import recommend
-from train.hub_columns import COLUMNS, cells
+from train.registry.hub_columns import COLUMNS, cells
 
 FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)  # a model card's HF metadata block
 USE_IT = re.compile(r"\A## Use it\n+")  # the card's heading of the usage section (the page has its own)

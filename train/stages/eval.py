@@ -18,9 +18,9 @@ from heads.formats.fingerprint import served_files_hash
 from heads.formats.staging import staged_directory
 from train.errors import PipelineError
 from train.eval_prompts import eval_conversations, training_overlap
-from train.run_dir import read_json
-from train.stage import Run
-from train.train_stage import SUMMARY
+from train.stages.run import Run
+from train.stages.run_dir import read_json
+from train.stages.train import SUMMARY
 
 REPORT = "eval_report.json"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from distill.config import DATA_SOURCES
+from distill.errors import DistillError
 from distill.target import resolve_target
 from eval.proposers import check_eval_settings
 from eval.served import vllm_missing_reason
@@ -108,11 +109,11 @@ def _check_against_target(family, cfg: RunConfig) -> None:
 
     A target whose config cannot be read offline (a hub id not yet downloaded) is checked when the
     train stage loads it instead."""
-    from train.planner import PlanError, target_config
+    from distill.target import target_config
 
     try:
         config = target_config(cfg.target.name_or_path, cfg.target.trust_remote_code)
-    except PlanError:
+    except DistillError:
         return
     family.check_target(cfg.drafter, config)
     text = config.get_text_config()
