@@ -253,11 +253,12 @@ def served_check(
     import vllm
 
     family, gamma = family_of_export(drafter_dir), cfg.num_speculative_tokens
-    speculative_config = family.speculative_config(Path(drafter_dir), gamma)
-    if speculative_config is None:
-        raise EvalError(f"vLLM does not serve {family.kind} drafters; set eval.serve=null")
+    if family.not_served("vllm"):
+        raise EvalError(f"{family.not_served('vllm')}; set eval.serve=null")
+    consumer = family.consumer("vllm")
+    speculative_config = consumer.speculative_config(Path(drafter_dir), gamma)
     t0 = time.perf_counter()
-    with family.serve_patch(Path(drafter_dir)):  # the family's workaround for a known vLLM bug, if any
+    with consumer.patch(Path(drafter_dir)):  # the family's workaround for a known vLLM bug, if any
         outputs, (drafts, accepted, per_pos, draft_tokens), speed = serve_and_decode(
             target,
             speculative_config,
@@ -267,9 +268,9 @@ def served_check(
             dtype=dtype,
             settings=cfg.vllm,
             trust_remote_code=trust_remote_code,
-            one_at_a_time=family.serve_in_order and cfg.batch_size == 1,
+            one_at_a_time=consumer.in_order and cfg.batch_size == 1,
             # A drafter that learns from earlier requests would see them again in the timed runs.
-            speed=None if family.serve_in_order else cfg,
+            speed=None if consumer.in_order else cfg,
         )
     figures = served_figures(drafts, accepted, per_pos, gamma, draft_tokens)
     equal = sum(o == r for o, r in zip(outputs, reference))

@@ -1,7 +1,7 @@
 """Structured configs of the drafter families (the Hydra `drafter` group's schemas).
 
 Every default lives here, once, with its comment; conf/drafter/<kind>.yaml selects one of these
-schemas (registered from the family table, heads/families.py) and holds only what differs.
+schemas (registered from the family table, heads/families/) and holds only what differs.
 """
 
 from __future__ import annotations

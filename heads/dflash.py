@@ -12,7 +12,7 @@ t + i (no shift), so the block's γ = block_size − 1 mask slots are the γ dra
 
 This is vLLM 0.32's `DFlashDraftModel` computation (model_executor/models/qwen3_dflash.py:
 precompute_and_store_context_kv writes the context K/V, the layers run the block);
-heads/formats/dflash_export.py writes and reads that format. The embeddings and lm_head are the
+heads/families/dflash.py writes and reads that format. The embeddings and lm_head are the
 target's, frozen and shared, never saved: vLLM shares them from the target when an export ships
 none. Module names are the export's tensor names.
 """
@@ -220,7 +220,7 @@ class DFlashDrafter(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path, target=None) -> "DFlashDrafter":
-        """Load a native checkpoint (exports load with heads.formats.dflash_export.load_dflash)."""
+        """Load a native checkpoint (exports load with heads.families.dflash.load_dflash)."""
         config, tensors = read_native(path, cls.kind, "DFlash")
         drafter = cls(DFlashArch(**config["arch"]))
         drafter.load_state_dict(tensors)

@@ -23,5 +23,5 @@ def export(drafter, out: Path, *, tokenizer=None, verifier=None, num_speculative
             num_speculative_tokens=num_speculative_tokens,
         )
         with staged_directory(out) as tmp:
-            family.write(job, tmp)
+            family.export(job, tmp)
     return Path(out)

@@ -65,10 +65,11 @@ def test_every_family_has_every_table_entry_it_needs(kind):
     assert dataclasses.is_dataclass(family.schema) and family.schema().kind == kind  # the schema names its family
     assert (REPO / "conf" / "drafter" / f"{kind}.yaml").is_file(), f"conf/drafter/{kind}.yaml selects {kind}_schema"
     assert _compose(f"drafter={kind}").drafter.kind == kind
-    assert kind in PROPOSERS, "eval/proposers.py PROPOSERS"
+    assert kind in PROPOSERS, "eval/proposers/__init__.py PROPOSERS"
     # Trainable ⇔ a training setup: a training-free family must not carry a dead row either.
-    assert (kind in SETUPS) == family.trainable, "train/setups.py SETUPS"
-    assert family.vllm_method is None or isinstance(family.vllm_method, str)
+    assert (kind in SETUPS) == family.trainable, "train/setups/__init__.py SETUPS"
+    engines = [c.engine for c in family.consumers]
+    assert len(engines) == len(set(engines)) and set(engines) <= {"vllm", "sglang", "transformers"}
     assert family.category in CATEGORIES, "the registry's leaderboard filters by it"
     assert family.category != "training-free" or not family.trainable or kind == "layer_skip"  # a search, no weights
     assert kind in _toy_recipe_kinds(), "a toy recipe (recipes/toy*.yaml) that runs the family here"
@@ -188,16 +189,18 @@ def test_each_export_is_recognised_as_its_own_family_loads_and_lints(kind, tmp_p
     )
     assert (job.checkpoint is None) == (not family.trainable)
     with staged_directory(tmp_path / "drafter") as tmp:
-        family.write(job, tmp)
+        family.export(job, tmp)
     out = tmp_path / "drafter"
     assert family_of_export(out) is family  # exactly one family recognises it
     family.lint(out)
     assert family.load(out, target) is not None
-    config = family.speculative_config(out, 3)
-    if family.vllm_method is None:  # not servable by vLLM (lookahead): the served check refuses it up front
-        assert config is None
-    else:
-        assert config["method"] == family.vllm_method and config["num_speculative_tokens"] == 3
+    for consumer in family.consumers:  # each engine's layout is written where it loads it from
+        assert (out / (consumer.subdir or "") / "config.json").is_file()
+        if consumer.checked:
+            config = consumer.speculative_config(out, 3)
+            assert isinstance(config["method"], str) and config["num_speculative_tokens"] == 3
+    if not any(c.engine == "vllm" for c in family.consumers):  # lookahead: the served check refuses it up front
+        assert family.not_served("vllm") == f"vLLM does not serve {kind} drafters"
     provenance = {
         "kind": kind,
         "model_name": "t",
@@ -208,6 +211,8 @@ def test_each_export_is_recognised_as_its_own_family_loads_and_lints(kind, tmp_p
     }
     card = model_card(provenance)
     assert card.startswith(f"---\nlibrary_name: {family.library}") and "## Use it" in card
+    for consumer in family.consumers:  # one block per engine that serves it, at the γ the eval measured
+        assert consumer.usage("toyworld:micro", family.serving_gamma(3, provenance), provenance) in card
 
 
 def test_a_directory_no_family_recognises_is_refused(tmp_path):

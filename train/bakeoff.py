@@ -49,7 +49,7 @@ def contender_config(name: str, shared: DictConfig, run_dir: Path, serve, publis
     for key in SHARED:
         cfg[key] = shared[key]
     family = get_family(cfg.drafter.kind)
-    cfg.eval.serve = serve if family.vllm_method and not family.serve_missing() else None  # e.g. lookahead: no method
+    cfg.eval.serve = serve if serve and not family.not_served(serve) else None  # e.g. lookahead: no vLLM method
     for key in SHARED_PUBLISH:
         cfg.publish[key] = shared.publish[key]
     cfg.run_dir, cfg.stages = str(run_dir), ["train", "eval", *(["publish"] if publish else [])]
@@ -254,7 +254,7 @@ def _data(data: dict | None) -> str:
 
 def _not_served(row: dict) -> str:
     family = get_family(row["kind"])
-    return "not servable by vLLM" if family.vllm_method is None else (family.serve_missing() or "—")
+    return family.not_served("vllm") or "—"
 
 
 def render_markdown(comparison: dict) -> str:

@@ -166,14 +166,3 @@ def arch_from_config(config: dict) -> EagleArch:
         fc_norm=config.get("fc_norm", False),
         norm_output=config.get("norm_output", False),
     )
-
-
-def sglang_tensors(drafter: Eagle3Drafter) -> dict[str, torch.Tensor]:
-    """SGLang's LlamaForCausalLMEagle3 names: the decoder layer is `midlayer.*`, no embed_tokens
-    (SGLang shares the target's)."""
-    out = {}
-    for name, value in drafter.state_dict().items():
-        if name.startswith("embed_tokens."):
-            continue
-        out[name.replace("layers.0.", "midlayer.", 1)] = value.detach().contiguous()
-    return out

@@ -111,7 +111,7 @@ def test_sampled_peagle_draws_from_the_target_distribution(target, drafter, toke
 
 
 def test_export_round_trip_gives_identical_proposals(tmp_path, target, drafter, tokenizer, prompt_ids):
-    from heads.formats.peagle_export import load_peagle
+    from heads.families.peagle import load_peagle
     from tests.exporting import export
 
     loaded = load_peagle(export(drafter, tmp_path / "d", num_speculative_tokens=3)).eval()

@@ -198,7 +198,7 @@ def _convert(src, dst, target_dir):
 
 
 def test_head_only_medusa_needs_its_target_and_a_mismatched_target_is_refused(tmp_path, target, micro_world):
-    from heads.formats.medusa_original import convert_original_medusa
+    from heads.convert.medusa_original import convert_original_medusa
 
     src = _original_layout(_trained_like(target, num_heads=2), tmp_path / "original", "medusa2")
     with pytest.raises(HeadsError, match="share the target's lm_head; pass the target"):

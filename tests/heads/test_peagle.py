@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 from heads.config import PEagleConfig
 from heads.errors import HeadsError
 from heads.families import family_of_export, get_family
-from heads.formats.peagle_export import load_peagle
+from heads.families.peagle import load_peagle
 from heads.peagle import PEagleDrafter, parallel_attention_mask
 from heads.vocab import build_draft_vocab
 from tests.exporting import export
@@ -168,7 +168,7 @@ def test_native_checkpoint_and_export_round_trip(tmp_path, drafter):
         assert other.mask_token_id == drafter.mask_token_id and other.max_draft_tokens == 4
         for name, value in drafter.state_dict().items():
             assert torch.equal(value, other.state_dict()[name]), name
-    assert get_family("peagle").speculative_config(out, 3) == {
+    assert get_family("peagle").consumer("vllm").speculative_config(out, 3) == {
         "method": "eagle3",
         "model": str(out),
         "parallel_drafting": True,

@@ -112,4 +112,4 @@ def test_training_free_lookahead_and_suffix_evaluate_and_publish_from_their_sett
     assert json.loads((run_dir / "drafter" / "config.json").read_text())["drafthub_kind"] == kind
     card = (run_dir / "drafter" / "README.md").read_text()
     assert "## Use it" in card
-    assert ("no lookahead method" if kind == "lookahead" else "'method': 'suffix'") in card
+    assert ("no lookahead method" if kind == "lookahead" else '"method": "suffix"') in card

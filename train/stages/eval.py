@@ -41,7 +41,7 @@ def export_drafter(run: Run, family: Family, tokenizer, target) -> str:
         skip=(SUMMARY,),
     )
     with staged_directory(paths.drafter) as tmp:
-        family.write(job, tmp)
+        family.export(job, tmp)
     return served_files_hash(paths.drafter)
 
 

@@ -57,10 +57,8 @@ def check_run(cfg: RunConfig) -> None:
         )
     if cfg.eval.serve and not cfg.dry_run and vllm_missing_reason():  # a plan needs no engine
         raise PipelineError(f"eval.serve=vllm: {vllm_missing_reason()}, or set eval.serve=null")
-    if cfg.eval.serve and family.vllm_method is None:
-        raise PipelineError(f"eval.serve=vllm: vLLM does not serve {family.kind} drafters; set eval.serve=null")
-    if cfg.eval.serve and family.serve_missing():
-        raise PipelineError(f"eval.serve=vllm: {family.serve_missing()}, or set eval.serve=null")
+    if cfg.eval.serve and family.not_served(cfg.eval.serve):
+        raise PipelineError(f"eval.serve={cfg.eval.serve}: {family.not_served(cfg.eval.serve)}; set eval.serve=null")
 
 
 PRECISIONS = ("auto", "no", "bf16", "fp16")

@@ -1,4 +1,5 @@
-"""DFlash drafters in the format vLLM 0.32 serves (`method: dflash`, architecture DFlashDraftModel).
+"""DFlash: a block drafter over the target's fused features, one forward per block. Its export is the
+format vLLM 0.32 serves (`method: dflash`, architecture DFlashDraftModel).
 
 config.json is a Qwen3 config (`model_type: qwen3`, the drafter's layer shape, the target's
 vocab_size) plus `dflash_config: {mask_token_id, target_layer_ids}` — vLLM's target_layer_ids are
@@ -18,8 +19,12 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
-from heads.dflash import DFlashArch, DFlashDrafter
+from heads.config import DFlashConfig
+from heads.dflash import DFlashArch, DFlashDrafter, check_dflash_settings, check_dflash_target
 from heads.errors import HeadsError
+from heads.families.base import ExportJob, Family, read_config
+from heads.formats import vllm
+from heads.formats.dflash_vllm_cpu import served_patch
 
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
 ARCHITECTURE = "DFlashDraftModel"
@@ -119,3 +124,55 @@ def load_dflash(path, target=None) -> DFlashDrafter:
         )
     drafter.load_state_dict(tensors)
     return drafter.share(target) if target is not None else drafter
+
+
+def _write(job: ExportJob, out: Path) -> None:
+    write_dflash(DFlashDrafter.from_pretrained(job.checkpoint), out)
+
+
+def _describe(export_dir: Path, summary: dict) -> dict:
+    config = read_config(export_dir)
+    return {
+        "drafter_config": {
+            "layer_ids": config["eagle_aux_hidden_state_layer_ids"],
+            "block_size": config["block_size"],
+            "mask_token_id": config["dflash_config"]["mask_token_id"],
+            "num_hidden_layers": config["num_hidden_layers"],
+        }
+    }
+
+
+def _block_gamma(gamma: int, provenance: dict) -> int:
+    """At most block_size − 1: the drafts one trained block holds after the target's newest token."""
+    block = (provenance.get("drafter_config") or {}).get("block_size")
+    return min(gamma, block - 1) if isinstance(block, int) else gamma
+
+
+def _about(provenance: dict) -> str:
+    settings = provenance.get("drafter_config") or {}
+    block = settings.get("block_size")
+    return f"""A DFlash drafter proposes a whole block in one forward: after the target's newest token it reads
+mask slots (mask token id {settings.get("mask_token_id")}), attending to the target's hidden states at layers
+{settings.get("layer_ids")} (vLLM's `target_layer_ids` in `config.json` are those minus one). The target's
+embeddings and lm_head are shared, so none ships here. It was trained for blocks of {block} tokens:
+`num_speculative_tokens` up to {block - 1 if isinstance(block, int) else "block_size − 1"}."""
+
+
+FAMILY = Family(
+    kind="dflash",
+    schema=DFlashConfig,
+    signals="layer_ids",
+    trainable=True,
+    category="parallel",
+    recognizes=lambda config: config.get("architectures") == [ARCHITECTURE],
+    write=_write,
+    load=load_dflash,  # (path, target): the target's embeddings and lm_head are shared
+    lint=load_dflash,
+    library="vllm",
+    consumers=(vllm.consumer("dflash", patch=served_patch),),
+    about=_about,
+    describe=_describe,
+    check=check_dflash_settings,
+    check_target=check_dflash_target,
+    serving_gamma=_block_gamma,
+)

@@ -1,0 +1,1 @@
+"""Converters from other projects' drafter layouts into ours (scripts/convert_medusa.py is the command)."""

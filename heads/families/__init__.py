@@ -1,0 +1,132 @@
+"""The family table: every drafter family, declared once for the heads layer.
+
+Each row lives beside its code in heads/families/<kind>.py: what the family is (schema, target signals,
+trainable or not), how its export is written, read back and checked, which serving engines load that
+export (heads/formats/: vLLM, SGLang, transformers), and what its model card says. train/setups/ and
+eval/proposers/ hold the other layers' tables; tests/test_families.py walks every family through all
+three, so a forgotten entry fails in CI, not in a user's run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from heads import card
+from heads.convert.medusa_original import is_original_medusa
+from heads.errors import HeadsError
+from heads.families import dflash, draft_lm, eagle1, eagle3, layer_skip, lookahead, medusa, ngram, pard, peagle, suffix
+from heads.families.base import CATEGORIES, CONFIG, SIGNALS, SIZE_KEYS, ExportJob, Family, is_causal_lm
+from heads.formats.fingerprint import PROVENANCE_FILES
+
+__all__ = ["CATEGORIES", "FAMILIES", "SIGNALS", "ExportJob", "Family", "family_of_export", "get_family"]
+
+FAMILIES: dict[str, Family] = {
+    row.kind: row
+    for row in (
+        draft_lm.FAMILY,
+        pard.FAMILY,
+        medusa.FAMILY,
+        eagle3.FAMILY,
+        peagle.FAMILY,
+        eagle1.FAMILY,
+        ngram.FAMILY,
+        suffix.FAMILY,
+        lookahead.FAMILY,
+        layer_skip.FAMILY,
+        dflash.FAMILY,
+    )
+}
+DEFAULT_GAMMA = 4  # a report without a γ (a hand-made provenance): the engines' common default
+ENGINE_USAGE = """drafthub's engine (lossless; `eval.num_speculative_tokens` and `eval.tree` choose the shape):
+`python -m eval drafter_dir=THIS_DIRECTORY prompts=PROMPTS.jsonl out_dir=OUT`."""
+
+
+def get_family(kind: str) -> Family:
+    """The family table's row for `kind`; one clear error naming the known kinds otherwise."""
+    try:
+        return FAMILIES[kind]
+    except KeyError:
+        raise HeadsError(
+            f"drafter.kind={kind!r} has no entry in the family table (heads/families/__init__.py FAMILIES); "
+            f"known kinds: {sorted(FAMILIES)}"
+        ) from None
+
+
+def family_of_export(path: str | Path) -> Family:
+    """The family whose export `path` is, from its config.json (exactly one family must recognise it)."""
+    config_file = Path(path) / CONFIG
+    if not config_file.is_file():
+        raise HeadsError(f"{path} is not an exported drafter (no {CONFIG}); pass the drafter/ directory a run wrote")
+    config = json.loads(config_file.read_text())
+    if is_original_medusa(config):  # before the causal-LM check: a Medusa-2 full model names its base architecture
+        raise HeadsError(
+            f"{path} holds Medusa heads in FasterDecoding/Medusa's original layout; convert them first: "
+            f"python scripts/convert_medusa.py {path} CONVERTED_DIR --target TARGET"
+        )
+    if is_causal_lm(config) and not (set(SIZE_KEYS) & set(config) and "vocab_size" in config):
+        raise HeadsError(
+            f"{config_file} names {config['architectures']} but no model size ({'/'.join(SIZE_KEYS)} and vocab_size); "
+            "it would build the architecture's default-size model: save the drafter with save_pretrained"
+        )
+    matches = [family for family in FAMILIES.values() if family.recognizes(config)]
+    if len(matches) != 1:
+        found = "no family" if not matches else f"several families ({[f.kind for f in matches]})"
+        raise HeadsError(f"{config_file} is recognised by {found}; known kinds: {sorted(FAMILIES)}")
+    return matches[0]
+
+
+def serving_gamma(provenance: dict) -> int:
+    """The one γ users are told for this export: the eval's recommendation (its γ sweep), else the γ it
+    measured, else the one its export carries, within what the family was trained for. The card, the
+    registry page and the served check all take it from here."""
+    ev = provenance.get("eval") or {}
+    gamma = (
+        ev.get("recommended_num_speculative_tokens")
+        or (ev.get("settings") or {}).get("num_speculative_tokens")
+        or (provenance.get("drafter_config") or {}).get("num_speculative_tokens")
+    )
+    return get_family(provenance["kind"]).serving_gamma(gamma or DEFAULT_GAMMA, provenance)
+
+
+def usage_text(provenance: dict, target: Optional[str] = None, export_dir: Optional[str] = None) -> str:
+    """The card's "Use it" section (markdown): one block per engine that serves the family, then drafthub's
+    engine. As the model card prints it (THIS_DIRECTORY, the target's name), or exact for one copy of the
+    drafter (`export_dir`, and `target` as loadable where it is served)."""
+    family = get_family(provenance["kind"])
+    target, gamma = target or provenance["target"]["name_or_path"], serving_gamma(provenance)
+    blocks = [family.about(provenance)] + [c.usage(target, gamma, provenance) for c in family.consumers]
+    text = "\n\n".join(["## Use it", *filter(None, blocks), ENGINE_USAGE])
+    return text if export_dir is None else text.replace("THIS_DIRECTORY", export_dir)
+
+
+def model_card(provenance: dict) -> str:
+    """README.md for an export: the generic card with the family's usage and details sections."""
+    family = get_family(provenance["kind"])
+    return card.render_model_card(
+        provenance, library=family.library, usage=usage_text(provenance), details=family.details(provenance)
+    )
+
+
+def write_provenance(
+    export_dir: str | Path, provenance: dict, samples_text: Optional[str] = None, card: bool = True
+) -> None:
+    """Add drafthub.json, the model card (card=True) and the eval samples (given) to an export directory, atomically.
+
+    No serving engine reads them (heads.formats.fingerprint leaves them out of the served-files
+    hash), so adding them keeps the directory the served check ran byte for byte."""
+    root = Path(export_dir)
+    files = [(PROVENANCE_FILES[0], json.dumps(provenance, indent=2))]
+    if card:
+        files.append((PROVENANCE_FILES[1], model_card(provenance)))
+    if samples_text is not None:
+        files.insert(0, (PROVENANCE_FILES[2], samples_text))  # first: drafthub.json's report binds it
+    for name, text in files:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=root.parent)  # outside: a crash leaves no stray file inside
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the card from other users of a shared registry
+        os.replace(tmp, root / name)
