@@ -72,6 +72,15 @@ def speedup_text(ev: dict, key: str = "speedup", spread_key: str = "speedup_spre
     return f"{value:.2f}× ({spread['low']:.2f}–{spread['high']:.2f}×)"
 
 
+def served_tau_text(served: dict) -> str:
+    """A served τ beside drafthub's own on the same prompts, both counted as the engine counts (1 + accepted
+    drafts per drafting step), so the two compare; a report's τ (tokens per target forward) does not."""
+    tau, ours = served.get("tau"), served.get("ours_tau", (served.get("ours") or {}).get("tau"))
+    if not isinstance(tau, (int, float)):
+        return "–"
+    return f"{tau:.3f}" + (f" (ours {ours:.3f})" if isinstance(ours, (int, float)) else "")
+
+
 def timing_device(ev: dict) -> str:
     """The device a report's speed-ups were measured on."""
     timing = ev.get("timing") or {}

@@ -19,7 +19,7 @@ from distill.run import distill
 from distill.shards import atomic_write_text
 from eval.report import pyplot, save_figure
 from eval.served import vllm_missing_reason
-from heads.card import speedup_text
+from heads.card import served_tau_text, speedup_text
 from heads.families import get_family
 
 SHARED = ("target", "data", "eval", "eval_split", "eval_prompts", "device")
@@ -128,6 +128,7 @@ def contender_row(name: str, run_dir: Path, train: dict, report: dict) -> dict:
         "trained": _trained(train),
         "training_data": train.get("training_data"),
         "served_tau": served.get("tau"),
+        "served_ours_tau": (served.get("ours") or {}).get("tau"),
         "served_verdict": served.get("verdict"),
         "run_dir": str(run_dir),
     }
@@ -230,7 +231,8 @@ def _table(rows: list[dict], served: bool) -> list[str]:
         f"| {'yes' if r['lossless'] else 'NO'} | {r['parameters'] / 1e6:.2f} M | {_training(r)} "
         f"| {_data(r.get('training_data'))} |"
         + (
-            f" {_num(r['served_tau'])} | {r['served_verdict'] or _not_served(r)} "
+            f" {served_tau_text({'tau': r['served_tau'], 'ours_tau': r.get('served_ours_tau')})} "
+            f"| {r['served_verdict'] or _not_served(r)} "
             f"| {speedup_text(r, 'served_speedup', 'served_speedup_spread')} |"
             if served
             else ""

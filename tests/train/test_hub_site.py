@@ -340,3 +340,14 @@ def test_the_best_drafter_is_the_bake_offs_pick_not_the_highest_tau():
     assert best_row([layer_skip, suffix, draft]) is suffix  # the highest τ and served τ is slower than decoding
     close = row("close", 2.9, 1.92)  # within 3% of the fastest: the higher τ wins
     assert best_row([layer_skip, suffix, draft, close]) is close
+
+
+def test_a_served_tau_stands_beside_ours_counted_the_same_way():
+    """vLLM counts 1 + accepted drafts per drafting step; a report's τ is tokens per target forward. Side by side
+    the registry shows the served τ with drafthub's own figure counted as vLLM counts, never the report's τ."""
+    from train.registry.hub_columns import COLUMNS
+
+    served_tau = next(c for c in COLUMNS if c.name == "served τ")
+    row = {"tau": 1.625, "served": {"tau": 2.618, "ours_tau": 2.6, "verdict": "ok"}}
+    assert served_tau.text(row) == "2.618 (ours 2.600)"
+    assert served_tau.text({"tau": 1.625, "served": None}) == "–"

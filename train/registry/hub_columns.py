@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
-from heads.card import speedup_text
+from heads.card import served_tau_text, speedup_text
 
 Sortable = Optional[Union[float, str]]
 
@@ -52,7 +52,7 @@ COLUMNS = (
     Column("family", lambda r: r["category"], lambda r: r["category"], numeric=False),
     Column("kind", lambda r: r["kind"], lambda r: r["kind"], numeric=False),
     Column("τ", lambda r: _num(r["tau"]), lambda r: r["tau"]),
-    Column("served τ", lambda r: _num(_served(r).get("tau")), lambda r: _served(r).get("tau")),
+    Column("served τ", lambda r: served_tau_text(_served(r)), lambda r: _served(r).get("tau")),
     Column("speed-up (95% interval)", _speedup, lambda r: r.get("speedup")),
     Column("α", lambda r: _num(r.get("alpha")), lambda r: r.get("alpha")),
     Column("parameters", lambda r: f"{r['parameters'] / 1e6:.2f} M", lambda r: r["parameters"]),

@@ -37,7 +37,7 @@ from train.registry.site import SITE, site_is_stale, write_site
 
 INDEX = "index.json"
 LOCK_WAIT_SECONDS = 600.0  # a racing publish waits this long for the one ahead of it (copies can be large)
-ROW_FORMAT = 2  # rows of an older format are derived again from their version's drafthub.json by repair()
+ROW_FORMAT = 3  # rows of an older format are derived again from their version's drafthub.json by repair()
 
 
 def _slug(name: str) -> str:
@@ -83,6 +83,7 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
             "engine": served["engine"],
             "version": served["vllm_version"],
             "tau": served["tau"],
+            "ours_tau": (served.get("ours") or {}).get("tau"),  # ours counted as the engine counts
             "verdict": served["verdict"],
             "speedup": served.get("speedup"),
         },
