@@ -67,7 +67,7 @@ def test_every_family_has_every_table_entry_it_needs(kind):
     assert _compose(f"drafter={kind}").drafter.kind == kind
     assert kind in PROPOSERS, "eval/proposers.py PROPOSERS"
     # Trainable ⇔ a training setup: a training-free family must not carry a dead row either.
-    assert (kind in SETUPS) == family.trainable, "train/setups.py SETUPS"
+    assert (kind in SETUPS) == family.trainable, "train/setups/__init__.py SETUPS"
     assert family.vllm_method is None or isinstance(family.vllm_method, str)
     assert family.category in CATEGORIES, "the registry's leaderboard filters by it"
     assert family.category != "training-free" or not family.trainable or kind == "layer_skip"  # a search, no weights
