@@ -2,7 +2,7 @@
 
 The drafter shares the target's embeddings, final norm and lm_head and keeps a subset of its
 decoder layers, in order (SWIFT, Xia et al. 2024; Draft & Verify, Zhang et al. 2024). No extra
-model is trained: which layers to skip is searched (train/layer_skip_search.py), optionally
+model is trained: which layers to skip is searched (train/setups/layer_skip.py), optionally
 followed by a short fine-tune of the kept layers' copy. The export is a plain HF causal LM (the
 target's config with fewer layers and the kept weights), so transformers' `assistant_model` and
 vLLM's `draft_model` serve it as they are; `config.json` also records which target layers it

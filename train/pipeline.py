@@ -29,8 +29,8 @@ from eval.config import EvalConfig
 from heads.families import get_family
 from train.config import PublishConfig, RunConfig, TrainerConfig
 from train.errors import PipelineError
-from train.setup_base import vllm_store
 from train.setups import training_setup
+from train.setups.base import vllm_store
 from train.stages.eval import eval_stage
 from train.stages.preflight import check_run
 from train.stages.publish import publish_stage

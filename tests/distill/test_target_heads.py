@@ -8,7 +8,7 @@ import torch
 from distill.config import TargetConfig
 from distill.target_heads import final_norm, load_target_heads
 from train.errors import PipelineError
-from train.setup_base import offline_features
+from train.setups.base import offline_features
 
 
 def test_heads_read_from_a_sharded_checkpoint_equal_the_whole_target(tmp_path, target):

@@ -3,13 +3,13 @@
 from heads.config import DFlashConfig
 from heads.dflash import DFlashDrafter
 from tests.eval.fitting import fit, sampled_text
-from train.dflash_objective import DFlashDenoising
+from train.setups.dflash import DFlashDenoising
 
 LAYER_IDS = [1, 2]  # the micro target has 2 layers: entering layer 1, and its last output before the final norm
 MASK = 3  # a token id of the micro vocabulary the mask slots read
 
 
-def dflash_objective(target, block_size: int = 4, anchors: int = 16) -> DFlashDenoising:
+def denoising_objective(target, block_size: int = 4, anchors: int = 16) -> DFlashDenoising:
     return DFlashDenoising(
         target,
         LAYER_IDS,
@@ -25,4 +25,4 @@ def fit_dflash(target, layers: int = 1, block_size: int = 4, steps: int = 60, se
     batch = sampled_text(target, seed)
     cfg = DFlashConfig(layer_ids=LAYER_IDS, block_size=block_size, num_hidden_layers=layers, mask_token_id=MASK)
     drafter = DFlashDrafter.from_target(cfg, target, MASK)
-    return fit(drafter, dflash_objective(target, block_size), batch, steps)
+    return fit(drafter, denoising_objective(target, block_size), batch, steps)

@@ -2,7 +2,7 @@
 
 from heads.medusa import MedusaHeads
 from tests.eval.fitting import fit, sampled_text
-from train.objectives import MedusaDistillation
+from train.setups.medusa import MedusaDistillation
 
 
 def fit_heads(target, cfg, steps: int = 60, seed: int = 0) -> MedusaHeads:

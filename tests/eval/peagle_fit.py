@@ -5,7 +5,7 @@ from heads.peagle import PEagleDrafter
 from heads.vocab import build_draft_vocab, pick_mask_token, token_counts
 from tests.eval.eagle_fit import LAYER_IDS
 from tests.eval.fitting import fit, sampled_text
-from train.peagle_objective import PEagleParallelDrafting
+from train.setups.peagle import PEagleParallelDrafting
 
 MAX_DRAFT_TOKENS = 5  # K trained here; tests draft γ ≤ K
 

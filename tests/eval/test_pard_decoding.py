@@ -17,7 +17,7 @@ from heads.pard import PardDrafter
 from heads.vocab import pick_mask_token
 from tests.eval.fitting import assert_first_tokens_follow_the_target, fit, sampled_text
 from tests.exporting import export
-from train.pard_objective import PardDistillation
+from train.setups.pard import PardDistillation
 
 GREEDY = SamplingParams()
 MASK = 4  # <|system|> in the micro world: a special token its prompts never use
@@ -31,7 +31,7 @@ def pard(target, tokenizer):
     drafter = PardDrafter.from_config(
         PardConfig(**{**cfg.__dict__, "max_draft_tokens": 4}), target.config, tokenizer, pard_token=MASK
     )
-    objective = PardDistillation(target, "fkl", 512, mask_token=MASK, max_draft_tokens=4, anchors_per_sequence=8)
+    objective = PardDistillation(target, "fkl", 512, pard_token=MASK, max_draft_tokens=4, anchors_per_sequence=8)
     return fit(drafter, objective, sampled_text(target), steps=80)
 
 

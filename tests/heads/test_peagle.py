@@ -15,7 +15,7 @@ from heads.peagle import PEagleDrafter, parallel_attention_mask
 from heads.vocab import build_draft_vocab
 from tests.exporting import export
 from tests.test_families import _compose
-from train.peagle_objective import PEagleParallelDrafting, pick_anchors
+from train.setups.peagle import PEagleParallelDrafting, pick_anchors
 from train.stages.preflight import check_run
 
 LAYER_IDS = [0, 1, 2]

@@ -70,7 +70,7 @@ def exports(tmp_path_factory, target, tokenizer):
     from tests.eval.eagle_fit import fit_eagle, fit_eagle1
     from tests.eval.fitting import fit, sampled_text
     from tests.eval.medusa_fit import fit_heads
-    from train.objectives import DraftLMDistillation
+    from train.setups.draft_lm import DraftLMDistillation
 
     root = tmp_path_factory.mktemp("exports")
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ from heads.pard import PardDrafter
 from tests.eval.fitting import fit, sampled_text
 from tests.exporting import export
 from tests.serving.settings import SERVED
-from train.pard_objective import PardDistillation
+from train.setups.pard import PardDistillation
 
 CFG = SERVED
 
@@ -23,7 +23,7 @@ def test_vllm_serves_the_pard_export_as_our_engine_runs_it(tmp_path, target, tok
         hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2, max_draft_tokens=4
     )
     drafter = PardDrafter.from_config(cfg, target.config, tokenizer, pard_token=4)
-    objective = PardDistillation(target, "fkl", 512, mask_token=4, max_draft_tokens=4, anchors_per_sequence=8)
+    objective = PardDistillation(target, "fkl", 512, pard_token=4, max_draft_tokens=4, anchors_per_sequence=8)
     fit(drafter, objective, sampled_text(target), steps=80)
     out = export(drafter, tmp_path / "drafter", tokenizer=tokenizer)  # no "eagle"/"dflash" in the path (§1)
     proposer, kind = load_proposer(out, target, len(tokenizer), CFG, "cpu")

@@ -12,7 +12,7 @@ from heads.config import Eagle1Config, Eagle3Config
 from heads.eagle import Eagle3Drafter
 from heads.vocab import build_draft_vocab, token_counts
 from train.data import BatchOrder
-from train.objectives import Eagle3TrainingTimeTest
+from train.setups.eagle3 import Eagle3TrainingTimeTest
 
 IDS = [0, 1, 2]
 
@@ -36,7 +36,7 @@ def test_offline_features_give_the_online_first_step_loss(tmp_path, dataset, tar
     torch.manual_seed(0)
     drafter = Eagle3Drafter.from_target(Eagle3Config(layer_ids=IDS), target, vocab)
     batch = BatchOrder(dataset, 4, 512, tokenizer.pad_token_id, seed=0).batch(0)
-    online, _ = Eagle3TrainingTimeTest(target, IDS, vocab.draft_to_target, steps=3)(drafter, batch)
+    online, _ = Eagle3TrainingTimeTest(target, IDS, vocab.draft_to_target, ttt_steps=3)(drafter, batch)
 
     manifest = write_features(target, dataset, tmp_path / "f", IDS, batch_size=5, shard_size=5)
     H = target.config.hidden_size
@@ -46,7 +46,7 @@ def test_offline_features_give_the_online_first_step_loss(tmp_path, dataset, tar
     )
     assert "offline features:" in capsys.readouterr().out  # the disk needed is printed before writing
     offline, _ = Eagle3TrainingTimeTest(
-        target, IDS, vocab.draft_to_target, steps=3, store=FeatureStore(tmp_path / "f")
+        target, IDS, vocab.draft_to_target, ttt_steps=3, store=FeatureStore(tmp_path / "f")
     )(drafter, batch)
     torch.testing.assert_close(offline, online, rtol=2e-2, atol=2e-2)  # bf16 storage is the only difference
 
@@ -68,15 +68,15 @@ def test_feature_shards_resume_and_a_full_disk_is_refused(tmp_path, dataset, tar
 
 def test_eagle1_offline_features_give_the_online_first_step_loss(tmp_path, dataset, target, tokenizer):
     from heads.eagle1 import Eagle1Drafter
-    from train.objectives import Eagle1Distillation
+    from train.setups.eagle1 import Eagle1Distillation
 
     torch.manual_seed(0)
     drafter = Eagle1Drafter.from_target(Eagle1Config(), target)
     batch = BatchOrder(dataset, 4, 512, tokenizer.pad_token_id, seed=0).batch(0)
-    online, _ = Eagle1Distillation(target, len(tokenizer), noise=0.0)(drafter, batch)
+    online, _ = Eagle1Distillation(target, len(tokenizer), feature_noise=0.0)(drafter, batch)
     manifest = write_features(target, dataset, tmp_path / "f", [], shard_size=5)
     assert manifest["bytes_per_token"] == target.config.hidden_size * 2  # only the lm_head input
-    offline, _ = Eagle1Distillation(target, len(tokenizer), noise=0.0, store=FeatureStore(tmp_path / "f"))(
+    offline, _ = Eagle1Distillation(target, len(tokenizer), feature_noise=0.0, store=FeatureStore(tmp_path / "f"))(
         drafter, batch
     )
     torch.testing.assert_close(offline, online, rtol=2e-2, atol=2e-2)

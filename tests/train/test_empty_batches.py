@@ -6,7 +6,7 @@ import torch
 
 from heads.config import DraftLMConfig
 from heads.draft_lm import DraftLM
-from train.objectives import DraftLMDistillation
+from train.setups.draft_lm import DraftLMDistillation
 
 
 def test_no_answer_token_in_the_batch_gives_zero_loss_and_zero_gradient(target, tokenizer):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-import train.layer_skip_search as search
+import train.setups.layer_skip as search
 from eval.metrics import predicted_speedup
 from tests.test_cli import run
 

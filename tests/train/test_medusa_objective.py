@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from heads.config import MedusaConfig
 from heads.medusa import MedusaHeads
-from train.objectives import MedusaDistillation
+from train.setups.medusa import MedusaDistillation
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def test_loss_is_the_decayed_sum_over_heads_of_their_shifted_targets(target, bat
             if "blocks" in name:
                 p.normal_(0, 0.05)
     V = target.config.vocab_size
-    total, metrics = MedusaDistillation(target, 3, loss, V, decay=0.5)(heads, batch)
+    total, metrics = MedusaDistillation(target, 3, loss, V, loss_decay=0.5)(heads, batch)
 
     out = target(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
     expected = 0.0

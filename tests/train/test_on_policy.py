@@ -15,7 +15,6 @@ from heads.vocab import build_draft_vocab, token_counts
 from tests.train.loop_runs import run_loop
 from train.config import TrainerConfig
 from train.data import BatchOrder
-from train.objectives import DraftLMDistillation, Eagle3TrainingTimeTest
 from train.on_policy import (
     OnPolicy,
     branch_block,
@@ -25,6 +24,8 @@ from train.on_policy import (
     score_branches,
     tree_logits,
 )
+from train.setups.draft_lm import DraftLMDistillation
+from train.setups.eagle3 import Eagle3TrainingTimeTest
 
 IDS = [0, 1, 2]
 
@@ -128,7 +129,7 @@ def test_chains_of_one_step_train_exactly_the_off_policy_positions(target, datas
     grads = {}
     for policy in (None, OnPolicy(1.0, 1.0, seed=0)):
         drafter = _draft_lm(target, tokenizer)
-        objective = DraftLMDistillation(target, "tvd", len(tokenizer), gamma=1, on_policy=policy)
+        objective = DraftLMDistillation(target, "tvd", len(tokenizer), acceptance_gamma=1, on_policy=policy)
         loss, metrics = objective(drafter, batch)
         loss.backward()
         grads[policy is None] = (loss.detach(), drafter.model.lm_head.weight.grad.clone(), metrics["on_policy"])
@@ -141,8 +142,8 @@ def test_chains_of_one_step_train_exactly_the_off_policy_positions(target, datas
 def test_on_policy_chains_train_the_drafter_on_its_own_later_steps(target, dataset, tokenizer, loss):
     batch = BatchOrder(dataset, 3, 512, tokenizer.pad_token_id, seed=0).batch(0) | {"micro_step": torch.tensor(0)}
     drafter = _draft_lm(target, tokenizer)
-    one = DraftLMDistillation(target, loss, len(tokenizer), gamma=1, on_policy=OnPolicy(1.0, 0.0, seed=0))
-    four = DraftLMDistillation(target, loss, len(tokenizer), gamma=4, on_policy=OnPolicy(1.0, 0.0, seed=0))
+    one = DraftLMDistillation(target, loss, len(tokenizer), acceptance_gamma=1, on_policy=OnPolicy(1.0, 0.0, seed=0))
+    four = DraftLMDistillation(target, loss, len(tokenizer), acceptance_gamma=4, on_policy=OnPolicy(1.0, 0.0, seed=0))
     loss_one, _ = one(drafter, batch)
     loss_four, metrics = four(drafter, batch)
     loss_four.backward()
@@ -184,13 +185,13 @@ def test_eagle_on_policy_steps_read_the_drafters_own_tokens(target, dataset, tok
     assert torch.equal(seen[0], vocab.draft_to_target[first.argmax(-1)])
     assert len(seen) == 2 and not torch.equal(seen[0], torch.nn.functional.pad(batch["input_ids"][:, 2:], (0, 1)))
     objective = Eagle3TrainingTimeTest(
-        target, IDS, vocab.draft_to_target, steps=3, on_policy=OnPolicy(1.0, 0.0, seed=0)
+        target, IDS, vocab.draft_to_target, ttt_steps=3, on_policy=OnPolicy(1.0, 0.0, seed=0)
     )
     loss, metrics = objective(drafter, batch)
     assert metrics["on_policy"] == 1 and torch.isfinite(loss)
     loss.backward()
     assert drafter.fc.weight.grad is not None and drafter.fc.weight.grad.abs().sum() > 0
-    off_loss, off = Eagle3TrainingTimeTest(target, IDS, vocab.draft_to_target, steps=3)(drafter, batch)
+    off_loss, off = Eagle3TrainingTimeTest(target, IDS, vocab.draft_to_target, ttt_steps=3)(drafter, batch)
     assert off["on_policy"] == 0 and torch.isclose(off["step0_loss"], metrics["step0_loss"])  # step 0 is shared
     assert not torch.isclose(off["step1_loss"], metrics["step1_loss"])  # later steps score the drafter's own chain
     assert fed[0].shape == first.shape
@@ -203,7 +204,7 @@ def _train(tmp, dataset, target, tokenizer, kind, *, stop_after=None):
         policy = OnPolicy(fraction=0.5, temperature=1.0, seed=cfg.seed, rollout="answers")
     if kind == "eagle3":
         drafter, vocab = _eagle(target, dataset)
-        objective = Eagle3TrainingTimeTest(target, IDS, vocab.draft_to_target, steps=3, loss="al", on_policy=policy)
+        objective = Eagle3TrainingTimeTest(target, IDS, vocab.draft_to_target, ttt_steps=3, loss="al", on_policy=policy)
     else:
         drafter = _draft_lm(target, tokenizer)
         objective = DraftLMDistillation(target, "al", len(tokenizer), on_policy=policy, pad_token_id=0)

@@ -6,7 +6,7 @@ import torch
 
 from heads.config import PardConfig
 from heads.pard import PardDrafter
-from train.pard_objective import PardDistillation, anchor_positions, masked_block_inputs
+from train.setups.pard import PardDistillation, anchor_positions, masked_block_inputs
 
 MASK = 7
 
@@ -71,7 +71,7 @@ def test_every_slot_is_labelled_with_the_token_after_its_position():
         lambda input_ids, attention_mask: target(input_ids, attention_mask, torch.arange(12).expand(2, 12)),
         "ce",
         64,
-        mask_token=MASK,
+        pard_token=MASK,
         max_draft_tokens=4,
         anchors_per_sequence=3,
     )
@@ -106,7 +106,7 @@ def test_gradients_reach_the_mask_row_and_leave_the_target_alone(target, tokeniz
     drafter = PardDrafter.from_config(cfg, target.config, tokenizer, pard_token=MASK)
     seq = torch.tensor([prompt_ids[0][:24], prompt_ids[1][:24]])
     batch = {"input_ids": seq, "attention_mask": torch.ones_like(seq), "loss_mask": torch.ones_like(seq)}
-    objective = PardDistillation(target, "fkl", 512, mask_token=MASK, max_draft_tokens=4, anchors_per_sequence=4)
+    objective = PardDistillation(target, "fkl", 512, pard_token=MASK, max_draft_tokens=4, anchors_per_sequence=4)
     loss, metrics = objective(drafter, batch)
     loss.backward()
     embedding = drafter.model.get_input_embeddings().weight.grad

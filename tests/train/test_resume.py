@@ -9,7 +9,8 @@ from heads.draft_lm import DraftLM
 from heads.medusa import MedusaHeads
 from tests.train.loop_runs import run_loop
 from train.config import TrainerConfig
-from train.objectives import DraftLMDistillation, MedusaDistillation
+from train.setups.draft_lm import DraftLMDistillation
+from train.setups.medusa import MedusaDistillation
 
 
 def _drafter(target, tokenizer, kind="draft_lm"):

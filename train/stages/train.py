@@ -1,4 +1,4 @@
-"""The train stage: the family's training setup (train/setups.py) on the shared accelerate loop,
+"""The train stage: the family's training setup (train/setups/__init__.py) on the shared accelerate loop,
 ending in the family's native checkpoint at checkpoints/final (no serving settings in it)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from heads.formats.staging import staged_directory
 from train.distributed import assign_state, build_accelerator, full_state_dict, launched_processes
 from train.errors import PipelineError
 from train.loop import train_loop
-from train.setup_base import TrainContext
 from train.setups import training_setup
+from train.setups.base import TrainContext
 from train.sharded_target import choose_sharding, full_bytes, held_bytes, load_training_target
 from train.stages.run import Run
 from train.stages.run_dir import read_json

@@ -1,19 +1,22 @@
-"""PARD's objective: the draft LM learns to predict K tokens from one forward (An et al., ICLR 2026).
-
-At serving time the drafter sees [accepted tokens …, bonus x_t, MASK × (K − 1)] under causal
-attention at true positions, and the logits at x_t and at mask i give tokens t+1 and t+i+1. Training
-reproduces exactly that: each sequence keeps its real tokens (plain next-token distillation) and gets,
-for a random subset of anchor positions t, K − 1 appended mask tokens at positions t+1 … t+K−1 that
-see the real tokens up to t and the earlier masks of their own anchor only. All anchors of a batch
-run in ONE forward of the draft LM under a 4D attention mask.
-"""
+"""PARD: a draft LM trained to draft K tokens in one forward, from K − 1 mask tokens appended
+after random anchors (An et al., ICLR 2026)."""
 
 from __future__ import annotations
 
 import torch
 
-from train.anchors import sample_anchors
-from train.losses import kd_loss
+from heads.pard import PardDrafter
+from train.losses import KD_LOSSES, kd_loss
+from train.setups.base import (
+    BLOCK_DRAFTS_ONLY,
+    Prepared,
+    TrainContext,
+    TrainingSetup,
+    logits_bytes,
+    mask_token,
+    sample_anchors,
+)
+from train.setups.draft_lm import meta_draft_lm
 
 
 def anchor_positions(counts: torch.Tensor, num_anchors: int, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,8 +81,15 @@ class PardDistillation:
     """Next-token KD on the real tokens plus KD of every mask slot towards the target's distribution
     for the token it drafts (teacher logits at anchor + i predict token anchor + i + 1).
 
+    At serving time the drafter sees [accepted tokens …, bonus x_t, MASK × (K − 1)] under causal
+    attention at true positions, and the logits at x_t and at mask i give tokens t+1 and t+i+1. Training
+    reproduces exactly that: each sequence keeps its real tokens (plain next-token distillation) and gets,
+    for a random subset of anchor positions t, K − 1 appended mask tokens at positions t+1 … t+K−1 that
+    see the real tokens up to t and the earlier masks of their own anchor only. All anchors of a batch
+    run in ONE forward of the draft LM under a 4D attention mask.
+
     A position counts when its label token is assistant-written; the loss is the mean over real
-    positions plus `mask_weight` × the mean over mask slots. Logged: the real positions' top-1
+    positions plus `mask_loss_weight` × the mean over mask slots. Logged: the real positions' top-1
     agreement, per mask slot i its top-1 agreement (`mask{i}_top1`), and `sim_tau` = 1 + Σ_k Π_{j≤k}
     acc_j over slot accuracies (acc_1 = the real positions'), a cheap stand-in for decoding.
     """
@@ -90,16 +100,16 @@ class PardDistillation:
         loss: str,
         vocab_size: int,
         *,
-        mask_token: int,
+        pard_token: int,
         max_draft_tokens: int,
         anchors_per_sequence: int,
-        mask_weight: float = 1.0,
+        mask_loss_weight: float = 1.0,
         jsd_beta: float = 0.5,
-        temperature: float = 1.0,
+        kd_temperature: float = 1.0,
     ):
         self.target, self.loss, self.vocab_size = target, loss, vocab_size
-        self.mask_token, self.num_masks, self.num_anchors = mask_token, max_draft_tokens - 1, anchors_per_sequence
-        self.mask_weight, self.jsd_beta, self.temperature = mask_weight, jsd_beta, temperature
+        self.pard_token, self.num_masks, self.num_anchors = pard_token, max_draft_tokens - 1, anchors_per_sequence
+        self.mask_loss_weight, self.jsd_beta, self.kd_temperature = mask_loss_weight, jsd_beta, kd_temperature
         self.progress_keys = ["loss", "top1_agreement", "sim_tau"]
 
     def __call__(self, model, batch):
@@ -108,7 +118,7 @@ class PardDistillation:
         counts = (batch["loss_mask"] * attention_mask).bool()  # (B, T) token t counts
         anchors, anchor_valid = anchor_positions(counts, self.num_anchors)
         ids, positions, see = masked_block_inputs(
-            input_ids, attention_mask, anchors, anchor_valid, self.num_masks, self.mask_token
+            input_ids, attention_mask, anchors, anchor_valid, self.num_masks, self.pard_token
         )
         dtype = next(model.parameters()).dtype
         bias = torch.zeros(see.shape, dtype=dtype, device=see.device).masked_fill(~see, torch.finfo(dtype).min)
@@ -116,7 +126,7 @@ class PardDistillation:
         student = student[..., : self.vocab_size]
         with torch.no_grad():
             teacher = self.target(input_ids=input_ids, attention_mask=attention_mask).logits[..., : self.vocab_size]
-        t = self.temperature
+        t = self.kd_temperature
         # Real tokens: position s predicts s+1.
         real = counts[:, 1:]  # (B, T−1)
         real_loss = self._kd(student[:, : T - 1][real], teacher[:, :-1][real], input_ids[:, 1:][real], t)
@@ -130,7 +140,7 @@ class PardDistillation:
         slot_teacher = teacher.gather(1, slot_pos.clamp(max=T - 1)[..., None].expand(-1, -1, teacher.shape[-1]))
         labels = input_ids.gather(1, label_pos)
         mask_loss = self._kd(student[:, T:][slot_counts], slot_teacher[slot_counts], labels[slot_counts], t)
-        loss = real_loss + self.mask_weight * mask_loss
+        loss = real_loss + self.mask_loss_weight * mask_loss
         with torch.no_grad():
             metrics = {"loss": loss.detach(), "real_loss": real_loss.detach(), "mask_loss": mask_loss.detach()}
             agree = student[:, : T - 1].argmax(-1) == teacher[:, :-1].argmax(-1)  # (B, T−1)
@@ -150,3 +160,45 @@ class PardDistillation:
         """Mean KD loss over N positions; 0 (still in the graph) when there are none."""
         per_token = kd_loss(self.loss, student / t, None if self.loss == "ce" else teacher / t, labels, self.jsd_beta)
         return per_token.sum() / max(per_token.numel(), 1)
+
+
+def _prepare_pard(ctx: TrainContext) -> Prepared:
+    cfg, trainer, d = ctx.cfg, ctx.cfg.trainer, ctx.cfg.drafter
+    token = mask_token(ctx, "pard_token", ctx.target.config.vocab_size)
+    drafter = PardDrafter.from_config(
+        d, ctx.target.config, ctx.tokenizer, cfg.target.trust_remote_code, pard_token=token
+    )
+    objective = PardDistillation(
+        ctx.target,
+        trainer.loss,
+        len(ctx.tokenizer),
+        pard_token=token,
+        max_draft_tokens=d.max_draft_tokens,
+        anchors_per_sequence=d.anchors_per_sequence,
+        mask_loss_weight=d.mask_loss_weight,
+        jsd_beta=trainer.jsd_beta,
+        kd_temperature=trainer.kd_temperature,
+    )
+    return Prepared(drafter, objective, ctx.dataset, state={"pard_token": token})
+
+
+def _finish_pard(drafter, prepared: Prepared, ctx: TrainContext) -> dict:
+    return {"pard_token": prepared.state["pard_token"]}
+
+
+def _activations_pard(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_bytes) -> tuple[float, float]:
+    d = cfg.drafter
+    grown = 1 + d.anchors_per_sequence * (d.max_draft_tokens - 1) / cfg.trainer.max_seq_len  # masks lengthen rows
+    # the (L × L) attention bias the masked blocks need, per sequence of the micro-batch
+    bias = (tokens / cfg.trainer.max_seq_len) * (cfg.trainer.max_seq_len * grown) ** 2 * act_bytes
+    return 0.0, grown * (d.num_hidden_layers * layer + logits_bytes(tokens, vocab)) + bias
+
+
+SETUP = TrainingSetup(
+    prepare=_prepare_pard,
+    meta_drafter=meta_draft_lm,
+    activations=_activations_pard,
+    finish=_finish_pard,
+    losses=KD_LOSSES,
+    off_policy_only=BLOCK_DRAFTS_ONLY,
+)

@@ -1,15 +1,5 @@
-"""DFlash's training objective: denoise random anchor blocks of the target's own samples in one forward.
-
-Per sequence, `anchors_per_sequence` random anchors t are drawn among the positions whose token
-x_t and next token x_{t+1} are assistant-written. Anchor t's block is [x_t, MASK × (B − 1)] at
-positions t … t + B − 1 (B = block_size), exactly what the drafter reads when serving after the
-target emitted x_t. Each block query sees the context features of positions < t (the verified
-tokens whose target features exist) and its whole own block (bidirectional), never another
-block; all anchors of a batch run in one forward with that block-diagonal + context mask.
-Mask slot i (position t + i) is trained towards the target's distribution for token x_{t+i}
-(its logits at t + i − 1) with `trainer.loss`, weighted by decay^(i−1), counting only label
-tokens that are assistant-written.
-"""
+"""DFlash (block diffusion): a drafter on the target's fused features that denoises a block of masks
+in one forward, trained on random anchor blocks of the target's own samples."""
 
 from __future__ import annotations
 
@@ -18,8 +8,18 @@ from dataclasses import dataclass
 import torch
 
 from distill.features import layer_features
-from train.anchors import sample_anchors
-from train.losses import kd_loss
+from heads.dflash import DFlashDrafter
+from train.losses import KD_LOSSES, kd_loss
+from train.setups.base import (
+    BLOCK_DRAFTS_ONLY,
+    Prepared,
+    TrainContext,
+    TrainingSetup,
+    logits_bytes,
+    mask_token,
+    sample_anchors,
+)
+from train.sharded_target import whole_embeddings
 
 
 @dataclass
@@ -84,6 +84,16 @@ def anchor_blocks(
 class DFlashDenoising:
     """batch → (loss, metrics) for a DFlash drafter, target features and logits from one frozen forward.
 
+    Per sequence, `anchors_per_sequence` random anchors t are drawn among the positions whose token
+    x_t and next token x_{t+1} are assistant-written. Anchor t's block is [x_t, MASK × (B − 1)] at
+    positions t … t + B − 1 (B = block_size), exactly what the drafter reads when serving after the
+    target emitted x_t. Each block query sees the context features of positions < t (the verified
+    tokens whose target features exist) and its whole own block (bidirectional), never another
+    block; all anchors of a batch run in one forward with that block-diagonal + context mask.
+    Mask slot i (position t + i) is trained towards the target's distribution for token x_{t+i}
+    (its logits at t + i − 1) with `loss`, weighted by loss_decay^(i−1), counting only label
+    tokens that are assistant-written.
+
     Logged: the weighted loss, per mask slot accuracy `acc{i}` (the drafter's argmax equals the
     target's argmax for token t+i), and `sim_tau` = 1 + Σ_i Π_{j≤i} acc_j, the accepted length a
     block would reach if slots erred independently.
@@ -99,14 +109,14 @@ class DFlashDenoising:
         anchors_per_sequence: int,
         loss: str,
         vocab_size: int,
-        decay: float = 0.87,
+        loss_decay: float = 0.87,
         jsd_beta: float = 0.5,
-        temperature: float = 1.0,
+        kd_temperature: float = 1.0,
     ):
         self.target, self.layer_ids, self.block_size = target, list(layer_ids), block_size
         self.mask_token_id, self.anchors_per_sequence = mask_token_id, anchors_per_sequence
-        self.loss, self.vocab_size, self.decay = loss, vocab_size, decay
-        self.jsd_beta, self.temperature = jsd_beta, temperature
+        self.loss, self.vocab_size, self.loss_decay = loss, vocab_size, loss_decay
+        self.jsd_beta, self.kd_temperature = jsd_beta, kd_temperature
         self.progress_keys = ["loss", "sim_tau", "acc1"]
 
     def __call__(self, model, batch):
@@ -132,8 +142,8 @@ class DFlashDenoising:
         teacher = target_logits[row, at - 1, :V]  # (N, V): the target's distribution for token x_at
         labels = input_ids[row, at]
         slot = torch.arange(W - 1, device=input_ids.device).expand_as(valid)[valid]  # (N,) mask slot i − 1
-        weight = self.decay ** slot.float()
-        t = self.temperature
+        weight = self.loss_decay ** slot.float()
+        t = self.kd_temperature
         per_token = kd_loss(self.loss, student / t, None if self.loss == "ce" else teacher / t, labels, self.jsd_beta)
         loss = (weight * per_token).sum() / weight.sum().clamp(min=1e-9)  # an empty batch gives 0, not NaN
         with torch.no_grad():
@@ -143,3 +153,54 @@ class DFlashDenoising:
             metrics = {"loss": loss.detach(), "sim_tau": 1 + acc.cumprod(0).sum(), "positions": valid.sum()}
             metrics |= {f"acc{i + 1}": acc[i] for i in range(W - 1)}
         return loss, metrics
+
+
+def _prepare_dflash(ctx: TrainContext) -> Prepared:
+    trainer, d = ctx.cfg.trainer, ctx.cfg.drafter
+    token = mask_token(ctx, "mask_token_id")
+    with whole_embeddings(ctx.target):
+        drafter = DFlashDrafter.from_target(d, ctx.target, token)
+    objective = DFlashDenoising(
+        ctx.target,
+        drafter.arch.layer_ids,
+        block_size=d.block_size,
+        mask_token_id=token,
+        anchors_per_sequence=d.anchors_per_sequence,
+        loss=trainer.loss,
+        vocab_size=len(ctx.tokenizer),
+        loss_decay=d.loss_decay,
+        jsd_beta=trainer.jsd_beta,
+        kd_temperature=trainer.kd_temperature,
+    )
+    return Prepared(drafter, objective, ctx.dataset, state={"mask_token_id": token})
+
+
+def _finish_dflash(drafter: DFlashDrafter, prepared: Prepared, ctx: TrainContext) -> dict:
+    return {"mask_token_id": prepared.state["mask_token_id"], "layer_ids": list(drafter.arch.layer_ids)}
+
+
+def _meta_dflash(cfg, target, config) -> torch.nn.Module:
+    mask = cfg.drafter.mask_token_id if cfg.drafter.mask_token_id is not None else 0  # any id: same shapes
+    return DFlashDrafter.from_target(cfg.drafter, target, mask)
+
+
+def _activations_dflash(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_bytes) -> tuple[float, float]:
+    d, seq = cfg.drafter, cfg.trainer.max_seq_len
+    layers = len(d.layer_ids) if d.layer_ids is not None else 3
+    sequences = tokens / seq
+    queries = sequences * min(d.anchors_per_sequence, seq) * d.block_size  # block tokens of the micro-batch
+    keys = seq + min(d.anchors_per_sequence, seq) * d.block_size  # context + blocks each query may see
+    scores = queries * keys * (hidden // 128 or 1) * act_bytes  # attention weights per layer (heads ≈ H / 128)
+    context = tokens * hidden * act_bytes * (2 + 2 * d.num_hidden_layers)  # fc, hidden_norm, K/V per layer
+    blocks = d.num_hidden_layers * (layer * queries / tokens + scores)
+    return tokens * layers * hidden * target_bytes, context + blocks + logits_bytes(queries, vocab)
+
+
+SETUP = TrainingSetup(
+    prepare=_prepare_dflash,
+    meta_drafter=_meta_dflash,
+    activations=_activations_dflash,
+    finish=_finish_dflash,
+    losses=KD_LOSSES,
+    off_policy_only=BLOCK_DRAFTS_ONLY,
+)

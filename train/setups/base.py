@@ -2,15 +2,15 @@
 
 A setup reads a `TrainContext` (the run's settings, the loaded target, tokenizer and data) and
 returns a `Prepared` (fresh drafter, objective, what to iterate); a `TrainingSetup` row bundles
-that with the steps after training and the planner's hooks. The rows live beside their families
-(train/lm_setups.py, train/feature_setups.py); the table keyed by kind is train/setups.py.
+that with the steps after training and the planner's hooks. Each row lives beside its family's
+objective (train/setups/<kind>.py); the table keyed by kind is train/setups/__init__.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 import torch
 
@@ -25,6 +25,28 @@ from train.sharded_target import whole_embeddings
 
 # why a block drafter refuses trainer.policy=on_policy (PARD, P-EAGLE, DFlash)
 BLOCK_DRAFTS_ONLY = "it drafts a whole block in one forward, so its inputs never hold its own drafts"
+
+
+class Objective(Protocol):
+    """batch → (loss, metrics). metrics["positions"] counts the positions the loss averages over
+    (the first term's, for a sum of terms): the loop weights each process's loss by it, so N
+    processes average over the global batch's positions as one process would."""
+
+    def __call__(
+        self, model: torch.nn.Module, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
+
+
+class ActivationEstimate(Protocol):
+    """The planner's hook: a family's peak activation bytes per GPU → (target extra, drafter).
+
+    tokens: the micro-batch's tokens per GPU; hidden: the target's hidden size; layer: the saved
+    tensors of one drafter decoder layer; vocab: the target's vocabulary; act_bytes and
+    target_bytes: bytes per value of the drafter's activations and of the target's."""
+
+    def __call__(
+        self, cfg: Any, *, tokens: int, hidden: int, layer: int, vocab: int, act_bytes: int, target_bytes: int
+    ) -> tuple[float, float]: ...
 
 
 @dataclass
@@ -44,21 +66,26 @@ class TrainContext:
 @dataclass
 class Prepared:
     drafter: torch.nn.Module  # fresh, to be trained
-    objective: Callable  # train.objectives.Objective
+    objective: Objective
     dataset: Any  # what training iterates over (held-out rows removed)
     select: Optional[Callable] = None  # model → score; the best-scoring checkpoint is kept
     state: dict = field(default_factory=dict)  # handed to `finish` (held-out rows, reports)
     steps: Optional[int] = None  # optimizer steps the family sets (layer skipping's fine-tune); None = trainer's
 
 
+def nothing_after(drafter, prepared: Prepared, ctx: TrainContext) -> dict:
+    """The `finish` of a family with no step after training."""
+    return {}
+
+
 @dataclass(frozen=True)
 class TrainingSetup:
+    """One family's row: its required hooks, then the settings most rows leave at their defaults."""
+
     prepare: Callable[[TrainContext], Prepared]
-    finish: Callable[[torch.nn.Module, Prepared, TrainContext], dict]  # main process, after training → summary entries
     meta_drafter: Callable[[Any, torch.nn.Module, Any], torch.nn.Module]  # (cfg, meta target, target config) → drafter
-    activations: Callable[
-        ..., tuple[float, float]
-    ]  # planner: (cfg, tokens=, layer=, logits=, …) → (target extra, drafter)
+    activations: ActivationEstimate  # planner: (cfg, tokens=, hidden=, layer=, …) → (target extra, drafter)
+    finish: Callable[[torch.nn.Module, Prepared, TrainContext], dict] = nothing_after  # main process → summary
     unroll: Callable[[Any], int] = lambda drafter_cfg: 1  # drafter forwards per token in training (EAGLE-3's TTT steps)
     # (drafter cfg, target config) → the target layer ids an offline feature store keeps per token ([]: only the
     # lm_head input); None: the family reads no stored features (drafter.features is not its setting)
@@ -137,10 +164,6 @@ def logits_bytes(tokens: int, vocab: int) -> float:
     return 3 * tokens * vocab * 4  # fp32 logits, log-softmax and its gradient
 
 
-def nothing_after(drafter, prepared: Prepared, ctx: TrainContext) -> dict:
-    return {}
-
-
 def on_policy(ctx: TrainContext) -> Optional[OnPolicy]:
     """The on-policy sampler trainer.policy asks for, or None (off-policy)."""
     trainer = ctx.cfg.trainer
@@ -188,3 +211,30 @@ def held_out_selection(ctx: TrainContext, objective) -> tuple[Any, Optional[Call
     # the last samples score each checkpoint; training never sees them
     train_part, _ = hold_out(dataset, ctx.cfg.drafter.select_samples, trainer.batch_size, "drafter.select_samples")
     return train_part, sim_tau_selector(objective, dataset, len(train_part), ctx)  # rows keep their index (offline)
+
+
+def sample_anchors(candidates: torch.Tensor, count: int, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Up to `count` distinct random columns per row among its candidates (torch's RNG or `generator`).
+
+    The parallel drafters (PARD, P-EAGLE, DFlash) start a masked block at each anchor and train every
+    anchor of a batch in the same forward.
+
+    Args:
+        candidates: (B, N) bool, which columns may be anchors.
+    Returns:
+        anchors (B, A) column indices, A = min(count, N), and (B, A) bool: a real anchor (a row with
+        fewer candidates pads with non-candidates, marked False).
+    """
+    count = max(min(count, candidates.shape[1]), 0)
+    score = torch.rand(candidates.shape, device=candidates.device, generator=generator)
+    top = score.masked_fill(~candidates, -1.0).topk(count, dim=1)
+    return top.indices, top.values >= 0
+
+
+@torch.no_grad()
+def stored_logits(target: torch.nn.Module, last_hidden: torch.Tensor) -> torch.Tensor:
+    """The target's logits from stored lm_head inputs (offline features): only its lm_head runs, gathered
+    first where the target is sharded."""
+    lm_head = target.get_output_embeddings()
+    with whole_embeddings(target):
+        return lm_head(last_hidden.to(lm_head.weight.dtype))

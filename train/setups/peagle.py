@@ -1,23 +1,27 @@
-"""P-EAGLE's objective: EAGLE-3's first step plus parallel mask slots, one drafter forward per batch.
-
-One frozen target forward (or the offline feature store) gives the fused features and logits.
-The drafter then runs once over [every real entry ; K−1 mask entries after each of A random
-anchors per sequence] (heads.peagle.parallel_attention_mask):
-- real entry t (feature h_t, token x_{t+1}, position t) predicts x_{t+2}: draft position 0, the
-  bonus slot, exactly EAGLE-3's step 0;
-- mask i of anchor t (fc(mask_hidden), the mask id, position t+i) sees real entries ≤ t and
-  masks 1…i of its anchor, and predicts x_{t+i+2}: draft position i.
-Each position's target is the target's distribution for its token (logits one position earlier)
-restricted to the draft vocabulary; loss_k is the soft cross-entropy over the positions whose
-token is assistant-written, the total Σ_k decay^k · loss_k.
-"""
+"""P-EAGLE: EAGLE-3's drafter drafting K tokens in one forward, trained on EAGLE-3's first step plus
+K − 1 mask slots after random anchors, all in one drafter forward per batch."""
 
 from __future__ import annotations
 
 import torch
 
-from train.anchors import sample_anchors
-from train.objectives import Eagle3TrainingTimeTest
+from heads.eagle import eagle3_layer_ids
+from heads.peagle import PEagleDrafter
+from heads.vocab import build_draft_vocab
+from train.setups.base import (
+    BLOCK_DRAFTS_ONLY,
+    Prepared,
+    TrainContext,
+    TrainingSetup,
+    draft_vocab,
+    held_out_selection,
+    logits_bytes,
+    mask_token,
+    offline_features,
+    sample_anchors,
+)
+from train.setups.eagle3 import Eagle3TrainingTimeTest, finish_eagle3
+from train.sharded_target import whole_embeddings
 
 
 def pick_anchors(counts: torch.Tensor, anchors: int, generator=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,6 +39,17 @@ def pick_anchors(counts: torch.Tensor, anchors: int, generator=None) -> tuple[to
 class PEagleParallelDrafting(Eagle3TrainingTimeTest):
     """batch → (loss, metrics) for a heads.peagle.PEagleDrafter; target signals as EAGLE-3 gets them.
 
+    One frozen target forward (or the offline feature store) gives the fused features and logits.
+    The drafter then runs once over [every real entry ; K−1 mask entries after each of A random
+    anchors per sequence] (heads.peagle.parallel_attention_mask):
+    - real entry t (feature h_t, token x_{t+1}, position t) predicts x_{t+2}: draft position 0, the
+      bonus slot, exactly EAGLE-3's step 0;
+    - mask i of anchor t (fc(mask_hidden), the mask id, position t+i) sees real entries ≤ t and
+      masks 1…i of its anchor, and predicts x_{t+i+2}: draft position i.
+    Each position's target is the target's distribution for its token (logits one position earlier)
+    restricted to the draft vocabulary; loss_k is the soft cross-entropy over the positions whose
+    token is assistant-written, the total Σ_k position_decay^k · loss_k.
+
     Logged: per-position accuracy (the drafter's argmax, as a target id, equals the target's
     argmax), `sim_tau` = 1 + Σ_k Π_{i≤k} acc_i (the accepted length a chain of K drafts would reach
     if positions erred independently; picks the best checkpoint), `positions` (position 0's count).
@@ -47,12 +62,13 @@ class PEagleParallelDrafting(Eagle3TrainingTimeTest):
         draft_ids: torch.Tensor,
         max_draft_tokens: int = 8,
         anchors_per_sequence: int = 8,
-        decay: float = 0.8,
+        position_decay: float = 0.8,
         store=None,
         seed: int | None = None,
     ):
         """seed: fixes the anchors per call (held-out scoring compares checkpoints on the same ones)."""
-        super().__init__(target, layer_ids, draft_ids, steps=1, decay=decay, store=store)
+        super().__init__(target, layer_ids, draft_ids, ttt_steps=1, step_decay=position_decay, store=store)
+        self.position_decay = position_decay
         self.max_draft_tokens, self.anchors_per_sequence, self.seed = max_draft_tokens, anchors_per_sequence, seed
         self.progress_keys = ["loss", "sim_tau", "pos0_acc", f"pos{max_draft_tokens - 1}_acc"]
 
@@ -92,7 +108,7 @@ class PEagleParallelDrafting(Eagle3TrainingTimeTest):
         for j, (lj, pj, tj) in enumerate(zip(logits, p, top)):
             q = lj.float().log_softmax(-1)  # (N_j, D)
             loss_j = -(pj * q).sum(-1).sum() / max(q.shape[0], 1)  # 0, not NaN, when empty
-            total = total + self.decay**j * loss_j
+            total = total + self.position_decay**j * loss_j
             with torch.no_grad():
                 hit = (draft_ids[q.argmax(-1)] == tj).float()
                 acc = hit.mean() if hit.numel() else hit.new_zeros(())
@@ -101,3 +117,61 @@ class PEagleParallelDrafting(Eagle3TrainingTimeTest):
                 metrics[f"pos{j}_loss"], metrics[f"pos{j}_acc"] = loss_j.detach(), acc
         metrics["loss"], metrics["sim_tau"], metrics["positions"] = total.detach(), sim_tau, m0.sum()
         return total, metrics
+
+
+def _prepare_peagle(ctx: TrainContext) -> Prepared:
+    d = ctx.cfg.drafter
+    vocab, report = draft_vocab(ctx)
+    token = mask_token(ctx, "mask_token_id")
+    with whole_embeddings(ctx.target):
+        drafter = PEagleDrafter.from_target(d, ctx.target, vocab, token)
+    store = offline_features(ctx, drafter.arch.layer_ids)
+
+    def objective(seed=None):
+        return PEagleParallelDrafting(
+            ctx.target,
+            drafter.arch.layer_ids,
+            vocab.draft_to_target,
+            max_draft_tokens=d.max_draft_tokens,
+            anchors_per_sequence=d.anchors_per_sequence,
+            position_decay=d.position_decay,
+            store=store,
+            seed=seed,
+        )
+
+    dataset, select = held_out_selection(ctx, objective(seed=0))  # held-out scores on fixed anchors
+    return Prepared(drafter, objective(), dataset, select=select, state={"draft_vocab": report, "mask_token_id": token})
+
+
+def _finish_peagle(drafter: PEagleDrafter, prepared: Prepared, ctx: TrainContext) -> dict:
+    return finish_eagle3(drafter, prepared, ctx) | {"mask_token_id": prepared.state["mask_token_id"]}
+
+
+def _meta_peagle(cfg, target, config) -> torch.nn.Module:
+    vocab, _ = build_draft_vocab(torch.zeros(config.vocab_size, device="cpu"), cfg.drafter.draft_vocab_size)
+    return PEagleDrafter.from_target(cfg.drafter, target, vocab, mask_token_id=0)  # the id changes no shape
+
+
+def _peagle_entries(cfg) -> float:
+    """Drafter entries per real token in training: every real entry plus K−1 masks per anchor."""
+    d = cfg.drafter
+    return 1 + d.anchors_per_sequence * (d.max_draft_tokens - 1) / cfg.trainer.max_seq_len
+
+
+def _activations_peagle(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_bytes) -> tuple[float, float]:
+    d, grown = cfg.drafter, _peagle_entries(cfg)
+    target = tokens * 3 * hidden * target_bytes  # the three captured layers
+    entries = tokens * grown
+    scores = (tokens / cfg.trainer.max_seq_len) * (cfg.trainer.max_seq_len * grown) ** 2 * 4  # one (N × N) mask/score
+    return target, grown * 2 * layer + logits_bytes(entries, min(d.draft_vocab_size, vocab)) + scores
+
+
+SETUP = TrainingSetup(
+    prepare=_prepare_peagle,
+    meta_drafter=_meta_peagle,
+    activations=_activations_peagle,
+    finish=_finish_peagle,
+    unroll=lambda d: 2,  # one forward, real entries plus masks (≈ 2× at anchors·(K−1) ≈ max_seq_len)
+    feature_ids=lambda d, config: eagle3_layer_ids(d, config.num_hidden_layers),
+    off_policy_only=BLOCK_DRAFTS_ONLY,
+)

@@ -1,16 +1,5 @@
-"""Which target layers a self-speculative drafter skips: a greedy search for the best predicted speed-up.
-
-Each candidate skip set is scored on held-out distilled samples (the target's own answers):
-α = the fraction of answer positions where the skipped target's argmax equals the full target's
-(teacher-forced, one batched forward, no KV cache), and c = the measured decode cost of a model
-with that many layers ÷ the full target's. The predicted speed-up at γ is Leviathan et al.'s
-(1 − α^(γ+1)) / ((1 − α)(γc + 1)) (eval/metrics.py). Starting from no skipped layer, each round
-adds the layer whose skipping predicts the highest speed-up; the search stops when no addition
-beats the best set so far or the evaluation budget is spent, and returns the best set seen
-(SWIFT's layer-set search, Xia et al. 2024, done greedily rather than by Bayesian optimisation).
-
-The eval stage then measures the chosen drafter for real (τ, speed-up, served check).
-"""
+"""Layer skipping (self-speculation): search which target layers to skip on held-out samples, then
+optionally fine-tune the kept layers' copy by distillation; the eval stage measures the chosen drafter."""
 
 from __future__ import annotations
 
@@ -20,8 +9,15 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from distill.target import padding_id
 from eval.metrics import predicted_speedup
-from heads.layer_skip import decoder_layers, skipping
+from heads.layer_skip import LayerSkipDrafter, decoder_layers, skipped_config, skipping
+from train.data import collate
+from train.losses import LOSSES
+from train.setups.base import Prepared, TrainContext, TrainingSetup, hold_out, logits_bytes
+from train.setups.draft_lm import draft_lm_objective
+
+# --- the skip search --------------------------------------------------------------------------
 
 
 @dataclass
@@ -103,6 +99,15 @@ def search_skip_layers(
 ) -> SearchResult:
     """Greedy search for the skip set with the highest predicted speed-up at γ = num_speculative_tokens.
 
+    Each candidate skip set is scored on held-out distilled samples (the target's own answers):
+    α = the fraction of answer positions where the skipped target's argmax equals the full target's
+    (teacher-forced, one batched forward, no KV cache), and c = the measured decode cost of a model
+    with that many layers ÷ the full target's. The predicted speed-up at γ is Leviathan et al.'s
+    (1 − α^(γ+1)) / ((1 − α)(γc + 1)) (eval/metrics.py). Starting from no skipped layer, each round
+    adds the layer whose skipping predicts the highest speed-up; the search stops when no addition
+    beats the best set so far or the evaluation budget is spent, and returns the best set seen
+    (SWIFT's layer-set search, Xia et al. 2024, done greedily rather than by Bayesian optimisation).
+
     Args:
         batches: held-out distilled samples, collated (see greedy_agreement).
         max_evaluations: candidate sets scored at most (each: one forward over `batches`).
@@ -136,3 +141,75 @@ def search_skip_layers(
             break  # skipping one more layer no longer pays
         best, current = round_best, round_best.skipped_layers
     return SearchResult(best, time.perf_counter() - t0, evaluations, trajectory)
+
+
+# --- the training setup -----------------------------------------------------------------------
+
+
+def _prepare_layer_skip(ctx: TrainContext) -> Prepared:
+    """Search (or take) the layers to skip; the copy of the kept layers is what the loop may fine-tune."""
+    d, trainer = ctx.cfg.drafter, ctx.cfg.trainer
+    train_part, held_out = hold_out(ctx.dataset, d.search_samples, trainer.batch_size, "drafter.search_samples")
+    state = {}
+    skip = d.skip_layers
+    if skip is None:
+        batches = [
+            {
+                k: v.to(ctx.device)
+                for k, v in collate(
+                    rows["input_ids"], rows["loss_mask"], trainer.max_seq_len, padding_id(ctx.tokenizer)
+                ).items()
+            }
+            for rows in (held_out[i : i + trainer.batch_size] for i in range(0, len(held_out), trainer.batch_size))
+        ]
+        result = search_skip_layers(
+            ctx.target, batches, num_speculative_tokens=d.num_speculative_tokens, max_evaluations=d.max_evaluations
+        )
+        skip, state["layer_skip_search"] = result.best.skipped_layers, result.summary()
+        print(
+            f"layer skip search: skip {skip} of {len(decoder_layers(ctx.target))} layers — agreement "
+            f"{result.best.agreement:.3f}, cost ratio {result.best.cost_ratio:.2f}, predicted speed-up "
+            f"{result.best.predicted_speedup:.2f}× at γ={d.num_speculative_tokens} ({result.evaluations} sets, "
+            f"{result.seconds:.0f} s)"
+        )
+    drafter = LayerSkipDrafter.from_target(ctx.target, skip)
+    drafter.freeze_shared()
+    objective = draft_lm_objective(ctx)
+    return Prepared(drafter, objective, train_part, state=state, steps=d.fine_tune_steps)
+
+
+def _finish_layer_skip(drafter, prepared: Prepared, ctx: TrainContext) -> dict:
+    return {"layer_skip_search": prepared.state.get("layer_skip_search"), "skipped_layers": drafter.skipped_layers}
+
+
+def _planned_skip(cfg) -> list[int]:
+    """The skip set the planner sizes: the configured one, else one layer (the largest drafter a search returns)."""
+    return list(cfg.drafter.skip_layers) if cfg.drafter.skip_layers is not None else [0]
+
+
+def _meta_layer_skip(cfg, target, config) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    skip = _planned_skip(cfg)
+    model = AutoModelForCausalLM.from_config(skipped_config(config, skip))
+    return LayerSkipDrafter(model, skip, config.num_hidden_layers)
+
+
+def _activations_layer_skip(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_bytes) -> tuple[float, float]:
+    from distill.target import target_config
+
+    if not cfg.drafter.fine_tune_steps:
+        return 0.0, 0.0  # the search runs the target without gradients
+    layers = target_config(cfg.target.name_or_path, cfg.target.trust_remote_code).num_hidden_layers
+    return 0.0, (layers - len(_planned_skip(cfg))) * layer + logits_bytes(tokens, vocab)
+
+
+SETUP = TrainingSetup(
+    prepare=_prepare_layer_skip,
+    meta_drafter=_meta_layer_skip,
+    activations=_activations_layer_skip,
+    finish=_finish_layer_skip,
+    losses=LOSSES,
+    off_policy_only="its kept layers are fine-tuned on the target's answers only",
+    whole_target_only="the drafter is a copy of the target's kept layers",
+)

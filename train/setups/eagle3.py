@@ -1,0 +1,195 @@
+"""EAGLE-3: a one-layer drafter on the target's fused low/mid/high features, trained by its
+training-time test (unrolled steps reading its own outputs) over a reduced draft vocabulary."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from distill.features import layer_features
+from heads.eagle import Eagle3Drafter, eagle3_layer_ids
+from heads.vocab import build_draft_vocab
+from train.checkpoint import best_weights
+from train.losses import acceptance_length_loss, acceptance_rate, chain_accepted_length
+from train.on_policy import OnPolicy, branch_block, score_branches
+from train.setups.base import (
+    Prepared,
+    TrainContext,
+    TrainingSetup,
+    draft_vocab,
+    held_out_selection,
+    logits_bytes,
+    offline_features,
+    on_policy,
+    stored_logits,
+)
+from train.sharded_target import whole_embeddings
+
+
+class Eagle3TrainingTimeTest:
+    """EAGLE-3's training-time test on a frozen target's own samples, features computed online.
+
+    Step j (of `ttt_steps`) at position t predicts token t+j+2 after reading the drafter's own step
+    j−1 output; its target is the target's distribution for that token (logits at t+j+1)
+    restricted to the draft vocabulary and renormalised; loss_j is the soft cross-entropy, the
+    total Σ_j step_decay^j · loss_j. A position counts when its token is assistant-written. Logged per
+    step: accuracy (the drafter's argmax, mapped to a target id, equals the target's argmax) and
+    `sim_tau` = 1 + Σ_j Π_{i≤j} acc_i, the accepted length a chain of `ttt_steps` would reach if
+    steps erred independently — a cheap stand-in for decoding, used to pick the best checkpoint.
+
+    loss `al` instead maximises each position's expected accepted length Σ_j Π_{i≤j} α_j, α_j the
+    acceptance rate of step j (the target's full distribution against the drafter's). With
+    `on_policy`, a share of micro-batches feeds each step the token the drafter itself drew at the
+    step before (as the speculative loop does) instead of the target's token, and the target
+    scores those chains online (train/on_policy.py).
+    """
+
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        layer_ids: list[int],
+        draft_ids: torch.Tensor,
+        ttt_steps: int = 7,
+        step_decay: float = 0.8,
+        store=None,
+        *,
+        loss: str = "fkl",
+        on_policy: Optional[OnPolicy] = None,
+    ):
+        """store: a distill.feature_store.FeatureStore for offline features (then only the target's lm_head runs)."""
+        self.target, self.layer_ids, self.store = target, list(layer_ids), store
+        self.ttt_steps, self.step_decay = ttt_steps, step_decay
+        self.draft_ids = draft_ids  # (D,) target id of each draft id
+        self.loss, self.on_policy = loss, on_policy
+        self.progress_keys = ["loss", "sim_tau", "step0_acc"]
+
+    def _target_signals(self, batch):
+        """(B, T, F) features and (B, T, V) logits: from a target forward, or from disk + the lm_head."""
+        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        if self.store is None:
+            return layer_features(self.target, input_ids, attention_mask, self.layer_ids)
+        # host sync: disk lookup by row
+        features, last_hidden = self.store.batch(batch["rows"].tolist(), input_ids.shape[1])
+        return features.to(input_ids.device), stored_logits(self.target, last_hidden.to(input_ids.device))
+
+    def __call__(self, model, batch):
+        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        features, target_logits = self._target_signals(batch)  # (B, T, F), (B, T, V)
+        draft_ids = self.draft_ids.to(input_ids.device)
+        counts = (batch["loss_mask"] * attention_mask).bool()
+        T = input_ids.shape[1]
+        drafted = self.on_policy is not None and self.on_policy.takes(batch)
+        drafts: list[torch.Tensor] = []  # on-policy: the token each step j ≥ 1 read, drawn at step j − 1
+        if drafted:
+            generator = self.on_policy.generator(batch, input_ids.device)
+
+            def feed(j, previous_logits):
+                drafts.append(draft_ids[self.on_policy.draw(previous_logits.detach(), generator)])
+                return drafts[-1]
+
+            outputs = model(features, input_ids, attention_mask, self.ttt_steps, feed)
+        else:
+            outputs = model(features, input_ids, attention_mask, self.ttt_steps)
+        branch_logits, node_of = None, []
+        if drafted and len(outputs) > 1:
+            anchors = F.pad(counts[:, 2:], (0, 2))  # (B, T): anchor t's first draft is token t+2
+            tokens, parents, valid, node_of = branch_block(
+                input_ids, attention_mask, anchors, drafts[: len(outputs) - 1]
+            )
+            branch_logits = score_branches(self.target, tokens, parents, valid)  # (B, T + M, V)
+        total, metrics, chain = 0.0, {}, 1.0
+        sim_tau = torch.ones((), device=input_ids.device)
+        alphas = []  # loss al: per step, (B, T) acceptance rates at counted positions
+        for j, logits in enumerate(outputs):
+            span = T - j - 2  # positions t whose label t+j+2 exists
+            if span <= 0:
+                break
+            m = counts[:, j + 2 :]  # (B, span)
+            if j and branch_logits is not None:  # the target on the drafter's own chain
+                nodes = node_of[j - 1][:, :span][m]
+                rows = m.nonzero()[:, 0]
+                p_logits = branch_logits[rows, nodes]  # (N, V)
+            else:
+                p_logits = target_logits[:, j + 1 : j + 1 + span][m]  # (N, V) the target's logits for token t+j+2
+            q = logits[:, :span][m].float().log_softmax(-1)  # (N, D)
+            if self.loss == "al":
+                alpha = acceptance_rate(q.exp(), p_logits.float().softmax(-1)[:, draft_ids])
+                alphas.append(torch.zeros(m.shape, device=alpha.device).masked_scatter(m, alpha))
+                loss_j = q.new_zeros(())
+            else:
+                p = p_logits[:, draft_ids].float().softmax(-1)  # over the draft vocabulary
+                loss_j = -(p * q).sum(-1).sum() / max(q.shape[0], 1)
+            total = total + self.step_decay**j * loss_j
+            with torch.no_grad():
+                hit = (draft_ids[q.argmax(-1)] == p_logits.argmax(-1)).float()
+                acc = hit.mean() if hit.numel() else hit.new_zeros(())
+                chain = chain * acc
+                sim_tau = sim_tau + chain
+                metrics[f"step{j}_loss"], metrics[f"step{j}_acc"] = loss_j.detach(), acc
+        if self.loss == "al":  # chains start at positions whose first draft counts
+            span0 = alphas[0].shape[1]
+            stacked = torch.stack([F.pad(a, (0, span0 - a.shape[1])) for a in alphas])  # (γ, B, span0)
+            starts = counts[:, 2:]
+            expected = chain_accepted_length(stacked)[starts]
+            total = acceptance_length_loss(expected, len(alphas)).sum() / max(expected.numel(), 1)
+            metrics["expected_accepted"] = expected.detach().mean() if expected.numel() else total.detach()
+        metrics["loss"], metrics["sim_tau"], metrics["positions"] = total.detach(), sim_tau, counts[:, 2:].sum()
+        metrics["on_policy"] = torch.tensor(float(drafted))
+        return total, metrics
+
+
+def _prepare_eagle3(ctx: TrainContext) -> Prepared:
+    cfg = ctx.cfg
+    vocab, report = draft_vocab(ctx)
+    with whole_embeddings(ctx.target):
+        drafter = Eagle3Drafter.from_target(cfg.drafter, ctx.target, vocab)
+    store = offline_features(ctx, drafter.arch.layer_ids)
+    objective = Eagle3TrainingTimeTest(
+        ctx.target,
+        drafter.arch.layer_ids,
+        vocab.draft_to_target,
+        ttt_steps=cfg.drafter.ttt_steps,
+        step_decay=cfg.drafter.step_decay,
+        store=store,
+        loss=cfg.trainer.loss,
+        on_policy=on_policy(ctx),
+    )
+    dataset, select = held_out_selection(ctx, objective)
+    return Prepared(drafter, objective, dataset, select=select, state={"draft_vocab": report})
+
+
+def finish_eagle3(drafter: Eagle3Drafter, prepared: Prepared, ctx: TrainContext) -> dict:
+    """The draft vocabulary's report, and the best held-out checkpoint loaded (P-EAGLE finishes alike)."""
+    summary = {"draft_vocab": prepared.state["draft_vocab"]}
+    best = best_weights(ctx.paths.checkpoints) if prepared.select else None
+    if best:  # the checkpoint with the best simulated τ on held-out samples, not merely the last
+        drafter.load_state_dict(best[0])
+        summary["selected_checkpoint"] = best[1]
+    return summary
+
+
+def _meta_eagle3(cfg, target, config) -> torch.nn.Module:
+    vocab, _ = build_draft_vocab(torch.zeros(config.vocab_size, device="cpu"), cfg.drafter.draft_vocab_size)
+    return Eagle3Drafter.from_target(cfg.drafter, target, vocab)
+
+
+def _activations_eagle3(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_bytes) -> tuple[float, float]:
+    d = cfg.drafter
+    target = tokens * 3 * hidden * target_bytes  # the three captured layers
+    return target, d.ttt_steps * (
+        2 * layer + logits_bytes(tokens, min(d.draft_vocab_size, vocab))
+    )  # attention reads 2H
+
+
+SETUP = TrainingSetup(
+    prepare=_prepare_eagle3,
+    meta_drafter=_meta_eagle3,
+    activations=_activations_eagle3,
+    finish=finish_eagle3,
+    unroll=lambda d: d.ttt_steps,
+    feature_ids=lambda d, config: eagle3_layer_ids(d, config.num_hidden_layers),
+    losses=("fkl", "al"),  # fkl: soft cross-entropy against the target (KL up to its entropy)
+    off_policy_only=None,
+)
