@@ -134,31 +134,49 @@ def test_a_loss_or_policy_the_family_lacks_is_refused_before_any_work(overrides,
     check_run(OmegaConf.to_object(_compose("target=micro", *answers)))
 
 
+def _small_draft_lm(target, tokenizer, path):
+    cfg = DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1)
+    DraftLM.from_config(cfg, target.config, tokenizer).save_pretrained(path)
+
+
+def _small_pard(target, tokenizer, path):
+    cfg = PardConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1)
+    PardDrafter.from_config(cfg, target.config, tokenizer, pard_token=4).save_pretrained(path)
+
+
+def _eagle3(target, tokenizer, path):
+    vocab, _ = build_draft_vocab(torch.ones(target.config.vocab_size), 64)
+    Eagle3Drafter.from_target(Eagle3Config(layer_ids=[0, 1, 2]), target, vocab).save_pretrained(path)
+
+
+def _peagle(target, tokenizer, path):
+    vocab, _ = build_draft_vocab(torch.ones(target.config.vocab_size), 64)
+    PEagleDrafter.from_target(PEagleConfig(layer_ids=[0, 1, 2]), target, vocab, 5).save_pretrained(path)
+
+
+# (micro target, tokenizer, directory) → a fresh native checkpoint of each trainable family
+NATIVE = {
+    "draft_lm": _small_draft_lm,
+    "pard": _small_pard,
+    "medusa": lambda target, tokenizer, path: MedusaHeads.from_target(
+        MedusaConfig(num_heads=2), target
+    ).save_pretrained(path),
+    "eagle3": _eagle3,
+    "eagle1": lambda target, tokenizer, path: Eagle1Drafter.from_target(Eagle1Config(), target).save_pretrained(path),
+    "peagle": _peagle,
+    "dflash": lambda target, tokenizer, path: DFlashDrafter.from_target(
+        DFlashConfig(layer_ids=[1, 2], num_hidden_layers=2), target, 3
+    ).save_pretrained(path),
+    "layer_skip": lambda target, tokenizer, path: LayerSkipDrafter.from_target(target, [1]).save_pretrained(path),
+}
+
+
 def _native(kind, target, tokenizer, path):
-    """A fresh native checkpoint (or settings) of each family, for the micro target."""
-    torch.manual_seed(0)
-    if kind == "draft_lm":
-        cfg = DraftLMConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1)
-        DraftLM.from_config(cfg, target.config, tokenizer).save_pretrained(path)
-    elif kind == "pard":
-        cfg = PardConfig(hidden_size=32, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1)
-        PardDrafter.from_config(cfg, target.config, tokenizer, pard_token=4).save_pretrained(path)
-    elif kind == "medusa":
-        MedusaHeads.from_target(MedusaConfig(num_heads=2), target).save_pretrained(path)
-    elif kind == "eagle3":
-        vocab, _ = build_draft_vocab(torch.ones(target.config.vocab_size), 64)
-        Eagle3Drafter.from_target(Eagle3Config(layer_ids=[0, 1, 2]), target, vocab).save_pretrained(path)
-    elif kind == "eagle1":
-        Eagle1Drafter.from_target(Eagle1Config(), target).save_pretrained(path)
-    elif kind == "peagle":
-        vocab, _ = build_draft_vocab(torch.ones(target.config.vocab_size), 64)
-        PEagleDrafter.from_target(PEagleConfig(layer_ids=[0, 1, 2]), target, vocab, 5).save_pretrained(path)
-    elif kind == "dflash":
-        DFlashDrafter.from_target(DFlashConfig(layer_ids=[1, 2], num_hidden_layers=2), target, 3).save_pretrained(path)
-    elif kind == "layer_skip":
-        LayerSkipDrafter.from_target(target, [1]).save_pretrained(path)
-    else:
+    """A fresh native checkpoint of a trainable family for the micro target; None for a training-free one."""
+    if not FAMILIES[kind].trainable:
         return None
+    torch.manual_seed(0)
+    NATIVE[kind](target, tokenizer, path)
     return path
 
 
