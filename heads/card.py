@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 
-def render_model_card(provenance: dict, *, library: str, usage: str, details: str) -> str:
+def render_model_card(provenance: dict, *, library: str, usage: str, details: str, gamma: int) -> str:
     """README.md with HF metadata (YAML front matter), the measured acceptance and the family's sections."""
     ev = provenance.get("eval") or {}
     target = provenance["target"]["name_or_path"]
@@ -39,8 +39,7 @@ A `{kind}` drafter for speculative decoding with target `{target}`, {_origin(pro
 
 Timed on {timing_device(ev)}.{_prompts_line(ev)}
 {warnings}
-Per-position acceptance: {per_pos or "n/a"}. Recommended `num_speculative_tokens`
-({ev.get("recommendation_basis") or "fastest in the γ sweep"}): {ev.get("recommended_num_speculative_tokens", "n/a")}.\
+Per-position acceptance: {per_pos or "n/a"}.{gamma_line(ev, gamma)}\
 {_served_line(ev)}
 {training_line(provenance.get("training_data"))}{details}
 
@@ -48,6 +47,21 @@ Per-position acceptance: {per_pos or "n/a"}. Recommended `num_speculative_tokens
 
 Provenance (target revision, tokenizer hash, data manifest, resolved recipe) is in `drafthub.json`.
 """
+
+
+def gamma_line(ev: dict, gamma: int) -> str:
+    """The one γ users get (measured, served-checked, in config.json and every snippet), and the sweep's
+    fastest beside it, with the setting that would export and check that one where it differs."""
+    line = f" Measured and served at `num_speculative_tokens` = {gamma}: the snippets below use it."
+    best = ev.get("recommended_num_speculative_tokens")
+    if best:
+        line += f" Fastest in the γ sweep ({ev.get('recommendation_basis') or 'measured speed-up'}): {best}"
+        line += (
+            "."
+            if best == gamma
+            else f"; to export and check that one, re-run with `eval.num_speculative_tokens={best}`."
+        )
+    return line
 
 
 def _prompts_line(ev: dict) -> str:

@@ -6,6 +6,7 @@ entry stops a run at start-up with one line naming the table and the known kinds
 """
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -237,3 +238,25 @@ def test_a_directory_no_family_recognises_is_refused(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "something-else"}')
     with pytest.raises(HeadsError, match=r"recognised by no family; known kinds"):
         family_of_export(tmp_path)
+
+
+def test_one_gamma_reaches_users(tmp_path, target, tokenizer):
+    """The γ an export carries (EAGLE-3's speculators default), the γ its eval measured and served, every
+    snippet of its card and the registry page's usage are one value; the sweep's fastest stands beside it."""
+    from heads.families import serving_gamma, usage_text
+
+    family = FAMILIES["eagle3"]
+    job = ExportJob(_native("eagle3", target, tokenizer, tmp_path / "native"), SETTINGS["eagle3"], tokenizer, {}, 3)
+    with staged_directory(tmp_path / "drafter") as tmp:
+        family.export(job, tmp)
+    out = tmp_path / "drafter"
+    evaluated = {"settings": {"num_speculative_tokens": 3}, "recommended_num_speculative_tokens": 2}
+    provenance = {"kind": "eagle3", "model_name": "e", "target": {"name_or_path": "T"}, "eval": evaluated}
+    provenance |= family.describe(out, {})
+    config = json.loads((out / "config.json").read_text())
+    assert config["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == serving_gamma(provenance) == 3
+    assert family.consumer("vllm").speculative_config(out, serving_gamma(provenance))["num_speculative_tokens"] == 3
+    card = model_card(provenance)
+    assert '"num_speculative_tokens": 3}' in card and "--speculative-num-steps 3 " in card
+    assert '"num_speculative_tokens": 2' not in card and "re-run with `eval.num_speculative_tokens=2`" in card
+    assert '"num_speculative_tokens": 3}' in usage_text(provenance, export_dir=str(out))  # the registry page's

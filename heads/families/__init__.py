@@ -80,14 +80,13 @@ def family_of_export(path: str | Path) -> Family:
 
 
 def serving_gamma(provenance: dict) -> int:
-    """The one γ users are told for this export: the eval's recommendation (its γ sweep), else the γ it
-    measured, else the one its export carries, within what the family was trained for. The card, the
-    registry page and the served check all take it from here."""
+    """The one γ users are told for this export: the γ its eval measured and its served check ran (the
+    default the export carries where its format has one), within what the family was trained for. The card,
+    the registry page and the served check all take it from here; the γ sweep's fastest is reported beside
+    it, never silently swapped in."""
     ev = provenance.get("eval") or {}
-    gamma = (
-        ev.get("recommended_num_speculative_tokens")
-        or (ev.get("settings") or {}).get("num_speculative_tokens")
-        or (provenance.get("drafter_config") or {}).get("num_speculative_tokens")
+    gamma = (ev.get("settings") or {}).get("num_speculative_tokens") or (provenance.get("drafter_config") or {}).get(
+        "num_speculative_tokens"
     )
     return get_family(provenance["kind"]).serving_gamma(gamma or DEFAULT_GAMMA, provenance)
 
@@ -107,7 +106,11 @@ def model_card(provenance: dict) -> str:
     """README.md for an export: the generic card with the family's usage and details sections."""
     family = get_family(provenance["kind"])
     return card.render_model_card(
-        provenance, library=family.library, usage=usage_text(provenance), details=family.details(provenance)
+        provenance,
+        library=family.library,
+        usage=usage_text(provenance),
+        details=family.details(provenance),
+        gamma=serving_gamma(provenance),
     )
 
 

@@ -15,7 +15,7 @@ def _describe(export_dir: Path, summary: dict) -> dict:
 
 
 def _about(provenance: dict) -> str:
-    return """vLLM's Medusa method drafts a chain of every head's top-1, so γ is the head count. drafthub's
+    return """vLLM's Medusa method drafts a chain of the heads' top-1 tokens: γ at most the head count. drafthub's
 engine also decodes the token tree in `medusa_tree.json` (`eval.tree=drafter`, lossless). transformers'
 `generate` has no Medusa support."""
 
@@ -56,5 +56,7 @@ FAMILY = Family(
     details=_details,
     describe=_describe,
     check=check_medusa_settings,
-    serving_gamma=lambda gamma, provenance: provenance["drafter_config"]["num_heads"],
+    serving_gamma=lambda gamma, provenance: min(
+        gamma, (provenance.get("drafter_config") or {}).get("num_heads", gamma)
+    ),
 )

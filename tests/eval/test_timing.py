@@ -100,6 +100,7 @@ def test_a_slowed_baseline_repeat_is_flagged_and_gamma_falls_back_to_the_predict
         library="transformers",
         usage="",
         details="",
+        gamma=3,
     )
     assert "> ⚠️ The timing was noisy" in card and f"| {speedup_text(report)} |" in card
     assert f"Timed on {timing['device_name']}." in card

@@ -31,6 +31,9 @@ def test_pipeline_serves_the_export_it_then_publishes(tmp_path, micro_world):
     assert "speed-up vs no speculation" in (run_dir / "eval" / "report.md").read_text()
     card = (run_dir / "drafter" / "README.md").read_text()
     assert "Served check: vLLM" in card and "**ok**" in card
+    gamma = served["num_speculative_tokens"]  # one γ: measured, served, and the one every snippet names
+    assert gamma == report["settings"]["num_speculative_tokens"]
+    assert f'"num_speculative_tokens": {gamma}}}' in card and f"num_assistant_tokens={gamma}," in card
     low, high = spread["low"], spread["high"]
     assert f"Served speed-up over vLLM without speculation: {served['speedup']:.2f}× ({low:.2f}–{high:.2f}×)" in card
     leftovers = [p.name for p in run_dir.iterdir() if p.name.startswith(".") and p.name != ".hydra"]
