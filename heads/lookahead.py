@@ -6,26 +6,25 @@ those iterations produce in a pool, and verifies pooled n-grams that start with 
 token in the same forward. It is the training-free baseline that, unlike prompt lookup, also
 drafts text never seen in the prompt. vLLM does not serve it (no speculative method), so the
 export is a config.json of these settings that only drafthub's engine reads back
-(eval/lookahead_proposer.py). Names follow the paper and llama.cpp's examples/lookahead: W, N, G.
+(eval/proposers/lookahead.py). Names follow the paper and llama.cpp's examples/lookahead: W, N, G.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from heads.errors import HeadsError
-
-CONFIG = "config.json"
+from heads.settings_drafter import CONFIG, SettingsDrafter
 
 
 @dataclass(frozen=True)
-class LookaheadDrafter:
+class LookaheadDrafter(SettingsDrafter):
     """Window, n-gram and verification sizes (defaults: heads/config.py LookaheadConfig). Each step feeds the
     target up to G·(N−1) pool nodes plus (W−1) + W·(N−2) window nodes after the last verified token."""
 
     kind = "lookahead"
+    title = "a lookahead drafter"
     window_size: int  # W: columns of the Jacobi window (future positions guessed in parallel)
     ngram_size: int  # N: tokens per pooled n-gram; the window keeps N−1 levels (past iterations)
     max_verify_ngrams: int  # G: pooled n-grams kept per first token, all verified each step; 0 = none
@@ -54,17 +53,10 @@ class LookaheadDrafter:
     def config_dict(self) -> dict:
         return {"drafthub_kind": self.kind, **asdict(self)}  # no vLLM keys: vLLM does not serve lookahead
 
-    def save_pretrained(self, path: str | Path) -> None:
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / CONFIG).write_text(json.dumps(self.config_dict(), indent=2))
-
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "LookaheadDrafter":
+        config = cls.read_settings(path)
         file = Path(path) / CONFIG
-        config = json.loads(file.read_text()) if file.exists() else {}
-        if config.get("drafthub_kind") != cls.kind:
-            raise HeadsError(f"{path} is not a lookahead drafter (its {CONFIG} must say drafthub_kind: lookahead)")
         try:
             return cls(
                 window_size=config["window_size"],

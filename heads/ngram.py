@@ -3,23 +3,22 @@
 The drafter proposes the tokens that followed the earliest occurrence of the context's last n
 tokens (n from prompt_lookup_max down to prompt_lookup_min, the longest match wins), as vLLM's
 `ngram` speculative method does. Its export is a config.json of those settings: vLLM needs no
-model directory for it, and drafthub's engine reads the same file back (eval/ngram_proposer.py).
+model directory for it, and drafthub's engine reads the same file back (eval/proposers/ngram.py).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from heads.errors import HeadsError
-
-CONFIG = "config.json"
+from heads.settings_drafter import CONFIG, SettingsDrafter
 
 
 @dataclass(frozen=True)
-class NgramDrafter:
+class NgramDrafter(SettingsDrafter):
     kind = "ngram"
+    title = "an n-gram drafter"
     prompt_lookup_min: int
     prompt_lookup_max: int
     num_matches: int = 1  # > 1: our engine may draft a tree of that many matches (eval.tree=drafter)
@@ -46,17 +45,10 @@ class NgramDrafter:
             "num_matches": self.num_matches,  # drafthub's tree of matches; vLLM drafts one chain
         }
 
-    def save_pretrained(self, path: str | Path) -> None:
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / CONFIG).write_text(json.dumps(self.config_dict(), indent=2))
-
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "NgramDrafter":
+        config = cls.read_settings(path)
         file = Path(path) / CONFIG
-        config = json.loads(file.read_text()) if file.exists() else {}
-        if config.get("drafthub_kind") != cls.kind:
-            raise HeadsError(f"{path} is not an n-gram drafter (its {CONFIG} must say drafthub_kind: ngram)")
         try:
             return cls(config["prompt_lookup_min"], config["prompt_lookup_max"], config.get("num_matches", 1))
         except KeyError as e:

@@ -4,18 +4,17 @@ Why: suffix decoding drafts from suffix trees over the request's own prompt and 
 the outputs of earlier requests, so it pays off where outputs repeat (agents, code edits, RL
 rollouts) without any trained weights. vLLM serves it as the `suffix` speculative method through
 arctic-inference, so the export is a config.json of vLLM's four `suffix_decoding_*` settings;
-drafthub's engine reads the same file back (eval/suffix_proposer.py).
+drafthub's engine reads the same file back (eval/proposers/suffix.py).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from heads.errors import HeadsError
+from heads.settings_drafter import CONFIG, SettingsDrafter
 
-CONFIG = "config.json"
 METHOD = "suffix"  # vLLM's speculative method
 SETTINGS = (
     "suffix_decoding_max_tree_depth",
@@ -30,10 +29,11 @@ def _is_number(value) -> bool:
 
 
 @dataclass(frozen=True)
-class SuffixDrafter:
+class SuffixDrafter(SettingsDrafter):
     """vLLM's suffix decoding settings, under vLLM's names and with vLLM's defaults."""
 
     kind = "suffix"
+    title = "a suffix decoding drafter"
     # Deepest node of the prompt and global trees: bounds the matched context plus the draft.
     suffix_decoding_max_tree_depth: int = 24
     # Earlier requests' outputs kept in the global tree (the oldest leaves first); 0 = prompt trees only.
@@ -79,17 +79,10 @@ class SuffixDrafter:
         # drafthub_kind is what drafthub's loader reads; vLLM takes the method from speculative_config.
         return {"drafthub_kind": self.kind, "method": METHOD, **self.settings()}
 
-    def save_pretrained(self, path: str | Path) -> None:
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / CONFIG).write_text(json.dumps(self.config_dict(), indent=2))
-
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "SuffixDrafter":
+        config = cls.read_settings(path)
         file = Path(path) / CONFIG
-        config = json.loads(file.read_text()) if file.exists() else {}
-        if config.get("drafthub_kind") != cls.kind:
-            raise HeadsError(f"{path} is not a suffix decoding drafter (its {CONFIG} must say drafthub_kind: suffix)")
         missing = [name for name in SETTINGS if name not in config]
         if missing:
             raise HeadsError(f"{file} lacks {', '.join(missing)}; a suffix decoding drafter names all of {SETTINGS}")
