@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
 from heads.eagle import EagleArch, EagleAttention, EagleCache, EagleMLP
 from heads.errors import HeadsError
+from heads.native import save_module
 
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
 
@@ -115,13 +116,7 @@ class Eagle1Drafter(nn.Module):
 
     def save_pretrained(self, path) -> None:
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / CONFIG).write_text(json.dumps(self.config_dict(), indent=2))
-        save_file(
-            {k: v.detach().contiguous() for k, v in self.state_dict().items()},
-            str(path / WEIGHTS),
-            metadata={"format": "pt"},
-        )
+        save_module(path, self.config_dict(), self)
 
     @classmethod
     def from_pretrained(cls, path, lm_head_weight: torch.Tensor) -> "Eagle1Drafter":

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
 from heads.config import MedusaConfig
 from heads.errors import HeadsError
 from heads.medusa_tree import tree_parents
+from heads.native import save_module
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -115,13 +116,7 @@ class MedusaHeads(nn.Module):
 
     def save_pretrained(self, path: str | Path) -> None:
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / CONFIG).write_text(json.dumps(self.config_dict(), indent=2))
-        save_file(
-            {k: v.detach().contiguous() for k, v in self.state_dict().items()},
-            str(path / WEIGHTS),
-            metadata={"format": "pt"},
-        )
+        save_module(path, self.config_dict(), self)
         if self.tree is not None:
             saved = {"paths": [list(p) for p in self.tree], **(self.calibration or {})}
             (path / TREE).write_text(

@@ -1,4 +1,5 @@
-"""Native checkpoints of the module drafters (EAGLE-3, P-EAGLE, DFlash): config.json naming the family
+"""Native checkpoints of the module drafters (EAGLE-3, P-EAGLE, DFlash; Medusa and EAGLE-1 write their
+serving layout with the same save_module): config.json naming the family
 (`drafthub_kind`) with the architecture and settings, and the weights as safetensors. They carry no
 serving settings; each family's export writes those once from here."""
 
@@ -16,13 +17,18 @@ CONFIG, WEIGHTS = "config.json", "model.safetensors"
 NATIVE_KEY = "drafthub_kind"  # names the family in a native checkpoint's config.json
 
 
-def save_native(path, kind: str, config: dict, module: torch.nn.Module) -> None:
-    """Write `config` (plus the family key) and the module's state dict to the directory `path`."""
+def save_module(path, config: dict, module: torch.nn.Module) -> None:
+    """Write `config` as config.json and the module's state dict as safetensors into the directory `path`."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    (path / CONFIG).write_text(json.dumps({NATIVE_KEY: kind, **config}, indent=2))
+    (path / CONFIG).write_text(json.dumps(config, indent=2))
     tensors = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
     save_file(tensors, str(path / WEIGHTS), metadata={"format": "pt"})
+
+
+def save_native(path, kind: str, config: dict, module: torch.nn.Module) -> None:
+    """A native checkpoint: `config` plus the family key, and the module's weights."""
+    save_module(path, {NATIVE_KEY: kind, **config}, module)
 
 
 def read_native(path, kind: str, name: str) -> tuple[dict, dict[str, torch.Tensor]]:
