@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from distill.errors import DistillError
 from distill.features import final_hidden_states, layer_features
-from distill.shards import atomic_write_text
+from heads.formats.staging import atomic_write_text
 
 DTYPE = torch.bfloat16
 

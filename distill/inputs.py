@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from distill.shards import atomic_write_text
+from heads.formats.staging import atomic_write_text
 
 _CACHE_NAME = "file-digests.json"
 _WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json")

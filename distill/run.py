@@ -24,7 +24,7 @@ from distill.heldout import heldout_indices, holdout_active
 from distill.inputs import hub_commit, source_identity, target_identity
 from distill.prompts import load_conversations
 from distill.sampler import HFSampler
-from distill.shards import ShardWriter, atomic_write_text, load_distilled
+from distill.shards import ShardWriter, load_distilled
 from distill.target import (
     TOYWORLD_PREFIX,
     default_device,
@@ -36,6 +36,7 @@ from distill.target import (
     toyworld_corpus,
     toyworld_prompts,
 )
+from heads.formats.staging import atomic_write_text
 
 MANIFEST = "manifest.json"
 PART = "part.json"  # what one job of a split distillation (data.num_shards > 1) wrote

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import datasets
 
 from distill.errors import DistillError
+from heads.formats.staging import atomic_write_text
 
 SHARDS = "shards"
 FINGERPRINT = "fingerprint.json"
@@ -84,12 +84,3 @@ def load_distilled(data_dir: str | Path) -> datasets.Dataset:
     if not shards:
         raise DistillError(f"no distilled shards under {data_dir}; run the distill stage first")
     return datasets.concatenate_datasets([datasets.load_from_disk(str(p)) for p in shards])
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary sibling and rename, so readers never see a half-written file; the sibling's
-    name is the writer's own, so processes writing the same file at once (every rank of a run) never
-    rename each other's temporary away."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

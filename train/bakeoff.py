@@ -16,11 +16,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from distill.run import distill
-from distill.shards import atomic_write_text
 from eval.report import pyplot, save_figure
 from eval.served import vllm_missing_reason
 from heads.card import served_tau_text, speedup_text
 from heads.families import get_family
+from heads.formats.staging import atomic_write_text
 
 SHARED = ("target", "data", "eval", "eval_split", "eval_prompts", "device")
 # where contenders are published when the bake-off is given a registry or Hub repo (min_tau, model_name: the recipe's)

@@ -15,8 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from distill.shards import atomic_write_text
-from heads.formats.staging import replace_directory
+from heads.formats.staging import atomic_write_text, replace_directory
 from train.distributed import full_state_dict
 
 META = "meta.json"

@@ -16,7 +16,7 @@ from accelerate.utils import (
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
-from distill.shards import atomic_write_text
+from heads.formats.staging import atomic_write_text
 from train.checkpoint import keep_best, load_latest, save_checkpoint
 from train.config import TrainerConfig
 from train.data import BatchOrder

@@ -23,10 +23,11 @@ from distill.inputs import hub_commit, source_identity
 from distill.lock import exclusive
 from distill.run import config_hash as distill_hash
 from distill.run import distill, read_manifest, why_redistil
-from distill.shards import atomic_write_text, load_distilled
+from distill.shards import load_distilled
 from distill.target_heads import load_target_heads
 from eval.config import EvalConfig
 from heads.families import get_family
+from heads.formats.staging import atomic_write_text
 from train.config import PublishConfig, RunConfig, TrainerConfig
 from train.errors import PipelineError
 from train.setups import training_setup

@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 
-from distill.shards import atomic_write_text
 from distill.toyworld import corpus
 from distill.toyworld.config import SIZES, WorldConfig
 from distill.toyworld.target import build_target, heldout_loss, train_target
 from distill.toyworld.tokenizer import train_tokenizer
+from heads.formats.staging import atomic_write_text
 
 BUILDER_VERSION = 2  # bump when the build procedure changes what it produces
 SPLITS = ("train", "heldout", "heldout_repeated")  # prompt splits; the last is derived from held-out

@@ -1,4 +1,4 @@
-"""Write an export directory whole or not at all.
+"""Write an export directory (or one file: atomic_write_text) whole or not at all.
 
 Files go to a temporary sibling first; only a complete directory replaces the destination, so
 a failed export leaves nothing behind and an existing export is never half-overwritten.
@@ -7,6 +7,7 @@ a failed export leaves nothing behind and an existing export is never half-overw
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -38,3 +39,12 @@ def replace_directory(src: str | Path, dst: str | Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(src, dst)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary sibling and rename, so readers never see a half-written file; the sibling's
+    name is the writer's own, so processes writing the same file at once (every rank of a run) never
+    rename each other's temporary away."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -3,7 +3,7 @@ file must all succeed, leave one writer's whole text and no temporary behind."""
 
 import threading
 
-from distill.shards import atomic_write_text
+from heads.formats.staging import atomic_write_text
 
 
 def test_concurrent_writers_of_one_file_all_succeed(tmp_path):

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Optional
 
 from distill.lock import exclusive
-from distill.shards import atomic_write_text
 from eval.claims import DIGEST
 from heads.card import speed_warnings, timing_device
 from heads.families import get_family
+from heads.formats.staging import atomic_write_text
 from train.registry.claim_check import VERIFY_PROMPTS, verify_claim
 from train.registry.gate import PublishError, check_publishable
 from train.registry.site import SITE, site_is_stale, write_site

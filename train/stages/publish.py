@@ -8,11 +8,12 @@ import json
 import time
 
 from distill.chat import tokenizer_hash
-from distill.shards import atomic_write_text, load_distilled
+from distill.shards import load_distilled
 from distill.target import load_tokenizer, resolve_target
 from eval.report import SAMPLES, read_samples
 from heads.families import get_family, write_provenance
 from heads.formats.fingerprint import served_files_hash
+from heads.formats.staging import atomic_write_text
 from train.eval_prompts import check_disjoint
 from train.registry.claim_check import verify_claim
 from train.registry.gate import PublishError, check_report, gate, push_to_hub

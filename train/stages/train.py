@@ -10,10 +10,10 @@ from dataclasses import replace
 import torch
 from accelerate.utils import DistributedType
 
-from distill.shards import atomic_write_text, load_distilled
+from distill.shards import load_distilled
 from distill.target import load_tokenizer, padding_id
 from distill.target_heads import load_target_heads
-from heads.formats.staging import staged_directory
+from heads.formats.staging import atomic_write_text, staged_directory
 from train.distributed import assign_state, build_accelerator, full_state_dict, launched_processes
 from train.errors import PipelineError
 from train.loop import train_loop

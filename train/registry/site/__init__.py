@@ -27,7 +27,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from distill.shards import atomic_write_text
+from heads.formats.staging import atomic_write_text
 
 SITE = "site"
 BUILT_FROM = "index.sha256"  # inside a build: the digest of the index rows it was rendered from
