@@ -18,7 +18,7 @@ from eval.config import EvalConfig
 from eval.errors import EvalError
 from eval.metrics import Tally, add_block_cost, decode_figures
 from eval.prompts import OVERLONG
-from eval.proposer import Proposer, begin_workload
+from eval.proposer import Proposer
 from eval.report import samples_jsonl, write_report
 from eval.sampling import SamplingParams
 from eval.speculative import Acceptance, autoregressive_generate, speculative_generate
@@ -132,8 +132,7 @@ def evaluate(
         max_len=max(map(len, warmup + prompts)) + cfg.max_new_tokens + 2 * (max(gammas) + 1),
         widths=(1, *(g + 1 for g in gammas)),  # decoding, and verifying each γ
     )
-    if hasattr(proposer, "use_engine"):  # a drafter with its own model cache decodes on the same path
-        proposer.use_engine(engine)
+    proposer.use_engine(engine)  # a drafter with its own model cache decodes on the same path
     if engine.static:
         engine.static_model(target)
         engine.precompile()  # timed apart: compile time is not decoding time
@@ -167,7 +166,7 @@ def evaluate(
 
     # A proposer that learns across requests (suffix decoding) keeps one memory per workload: the warm-up
     # and each γ pass decode the same prompts, and must not draft from one another's outputs.
-    begin_workload(proposer, "warmup")
+    proposer.begin_workload("warmup")
     for p in warmup:  # untimed
         run_ar([p]), [run_spec([p], g) for g in gammas]
 
@@ -181,7 +180,7 @@ def evaluate(
         for repeat in (0, 1):  # the baseline before and after the speculative runs: their gap says how noisy
             if repeat:
                 for g in gammas:
-                    begin_workload(proposer, f"gamma={g}")
+                    proposer.begin_workload(f"gamma={g}")
                     t0 = time.perf_counter()
                     out, stats = run_spec(batch, g)
                     spec_runs[g].append((sum(map(len, out)), time.perf_counter() - t0))

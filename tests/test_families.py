@@ -65,7 +65,7 @@ def test_every_family_has_every_table_entry_it_needs(kind):
     assert dataclasses.is_dataclass(family.schema) and family.schema().kind == kind  # the schema names its family
     assert (REPO / "conf" / "drafter" / f"{kind}.yaml").is_file(), f"conf/drafter/{kind}.yaml selects {kind}_schema"
     assert _compose(f"drafter={kind}").drafter.kind == kind
-    assert kind in PROPOSERS, "eval/proposers.py PROPOSERS"
+    assert kind in PROPOSERS, "eval/proposers/__init__.py PROPOSERS"
     # Trainable ⇔ a training setup: a training-free family must not carry a dead row either.
     assert (kind in SETUPS) == family.trainable, "train/setups.py SETUPS"
     assert family.vllm_method is None or isinstance(family.vllm_method, str)
@@ -83,7 +83,10 @@ def test_an_unknown_kind_is_one_line_naming_the_table_and_the_known_kinds():
 
 @pytest.mark.parametrize(
     ("table", "message"),
-    [(PROPOSERS, r"no entry in the proposer table \(eval/proposers.py PROPOSERS\)"), (SETUPS, r"training-setup table")],
+    [
+        (PROPOSERS, r"no entry in the proposer table \(eval/proposers/__init__.py PROPOSERS\)"),
+        (SETUPS, r"training-setup table"),
+    ],
 )
 def test_a_forgotten_entry_stops_the_run_before_any_work(table, message, monkeypatch):
     from omegaconf import OmegaConf

@@ -7,7 +7,7 @@ import pytest
 
 import eval.run
 from eval.config import EvalConfig
-from eval.proposer import DraftLMProposer
+from eval.proposers.draft_lm import DraftLMProposer
 from eval.report import render_markdown
 from eval.run import evaluate
 from eval.timing import repeat_drift, speedup_spread, timing_verdict
