@@ -10,7 +10,7 @@ Every proposer implements those three methods (one module per family in eval/pro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Protocol
 
 import numpy as np
@@ -45,6 +45,16 @@ class Proposal:
     # at the root (column 0) and at every node j (column j+1). None = the proposer needs no look. Lookahead
     # decoding uses it: its Jacobi window rides in the verification forward and advances with these tokens.
     observe: Optional[Callable[[torch.Tensor], None]] = None
+
+    def cut_to(self, width: int) -> Proposal:
+        """The first `width` nodes of every row (the padding past the longest real draft goes); every other
+        field (num_draft, draft_forwards, observe) is kept."""
+        return replace(
+            self,
+            draft_tokens=self.draft_tokens[:, :width],
+            draft_probs=None if self.draft_probs is None else self.draft_probs[:, :width],
+            parents=None if self.parents is None else self.parents[:, :width],
+        )
 
 
 @dataclass

@@ -33,7 +33,7 @@ was the first of them, else after), so chains equal arctic's exactly (tested whe
 installed). In a tree, nodes of equal probability are taken in the order they were found; arctic's
 heap order there is unspecified, so trees may differ from arctic's at ties (their scores do not).
 
-Workloads. eval/run.py decodes the same prompts at several γ; a global tree shared across those
+Workloads. eval/measure.py decodes the same prompts at several γ; a global tree shared across those
 passes would let later passes draft the earlier passes' outputs. `begin_workload(name)` selects
 one global tree per name, so each pass (and the warm-up) has its own.
 

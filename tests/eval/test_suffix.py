@@ -123,7 +123,7 @@ def test_a_second_request_drafts_the_first_ones_output_within_its_workload():
     assert _propose(proposer, [second], gamma=3) == [[12, 13]]  # "10 11" matched: budget 2
     proposer.begin_workload("b")  # a new workload starts with an empty global tree
     assert _propose(proposer, [second]) == [[]]
-    proposer.begin_workload("a")  # what eval/run.py calls; workload a kept its memory
+    proposer.begin_workload("a")  # what eval/measure.py calls; workload a kept its memory
     assert _propose(proposer, [second]) == [[12, 13]]
 
 
