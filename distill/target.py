@@ -94,8 +94,10 @@ def load_tokenizer(cfg: TargetConfig):
     return tokenizer
 
 
-def load_target(cfg: TargetConfig, device: torch.device | str | None = "cpu"):
-    """The frozen target in eval mode on `device` (None: where loading put it, for a sharder to place)."""
+def load_target(cfg: TargetConfig, device: torch.device | str | None = "cpu", *, setting: str = "target.name_or_path"):
+    """The frozen target in eval mode on `device` (None: where loading put it, for a sharder to place).
+
+    setting: what a load failure tells the user to fix (python -m eval names its target_path)."""
     path = resolve_target(cfg.name_or_path)
     try:
         model = AutoModelForCausalLM.from_pretrained(
@@ -107,8 +109,8 @@ def load_target(cfg: TargetConfig, device: torch.device | str | None = "cpu"):
             use_safetensors=True,
         )
     except OSError as e:
-        raise no_safetensors(path, "target.name_or_path", e) or DistillError(
-            f"could not load target {cfg.name_or_path!r} ({str(e).splitlines()[0]}); check target.name_or_path"
+        raise no_safetensors(path, setting, e) or DistillError(
+            f"could not load target {cfg.name_or_path!r} ({str(e).splitlines()[0]}); check {setting}"
         ) from None
     model.requires_grad_(False)
     return model.eval() if device is None else model.eval().to(device)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -108,105 +108,51 @@ def _record(drafter: Path, report: dict, out_dir: Path, target_name: str, from_p
     print(f"recorded this report in {drafter / 'drafthub.json'}: the publish gate can now check it")
 
 
-@hydra.main(config_path="pkg://conf", config_name="eval", version_base=None)
-@explained
-def main(cfg) -> None:
+def _load_target(app: EvalAppConfig, drafter: Path, target_name: str):
+    """The tokenizer (templated as in training) and the target, loaded as the pipeline loads it."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from distill.errors import DistillError
-    from distill.prompts import load_conversations
-    from distill.target import no_safetensors
-    from eval.prompts import prompt_ids
-    from eval.proposers import load_proposer
-    from eval.run import evaluate
-    from eval.served import served_hook, vllm_missing_reason
+    from distill.config import TargetConfig
+    from distill.target import load_target, no_safetensors
+
+    device = torch.device(app.device if app.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    if target_name.startswith("toyworld:"):
+        raise EvalError(
+            f"target_path={target_name} is a python -m train alias; pass the toy world's directory "
+            "(drafthub.json's target.resolved)"
+        )
+    if problem := no_safetensors(target_name, "target_path"):
+        raise problem  # before the tokenizer and the weights load
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(target_name, trust_remote_code=app.trust_remote_code)
+    except (OSError, ValueError) as e:
+        raise EvalError(
+            f"could not load the target {target_name!r} ({str(e).splitlines()[0]}); "
+            "pass target_path=<a local HF directory or a Hub id>"
+        ) from None
+    _chat_template(app, drafter, tokenizer)
+    # dtype auto: the checkpoint's own, as python -m eval has always loaded it
+    settings = TargetConfig(name_or_path=target_name, dtype="auto", trust_remote_code=app.trust_remote_code)
+    return tokenizer, load_target(settings, device, setting="target_path")
+
+
+def _names(drafter: Path, target_name: str, kind: str, tokenizer) -> dict:
+    """The report's names: what was measured against what, and the export's hash the gate checks."""
     from eval.vocabulary import tokenizer_matches
-    from heads.errors import HeadsError
-    from heads.families import family_of_export
     from heads.formats.fingerprint import served_files_hash
 
-    app: EvalAppConfig = OmegaConf.to_object(cfg)
-    app.eval.serve = app.serve or app.eval.serve
-    try:
-        drafter = Path(app.drafter_dir)
-        if not drafter.is_dir():
-            raise EvalError(f"drafter_dir={drafter} is not a directory; pass an exported drafter directory")
-        conversations = load_conversations(app.prompts, app.split, prompts_key="prompts", split_key="split")
-        family_of_export(drafter)  # a directory no family reads is refused before the target loads
-        target_name = app.target_path or _target_of(drafter)
-        device = torch.device(app.device if app.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
-        if target_name.startswith("toyworld:"):
-            raise EvalError(
-                f"target_path={target_name} is a python -m train alias; pass the toy world's directory "
-                "(drafthub.json's target.resolved)"
-            )
-        if problem := no_safetensors(target_name, "target_path"):
-            raise problem  # before the tokenizer and the weights load
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(target_name, trust_remote_code=app.trust_remote_code)
-        except (OSError, ValueError) as e:
-            raise EvalError(
-                f"could not load the target {target_name!r} ({str(e).splitlines()[0]}); "
-                "pass target_path=<a local HF directory or a Hub id>"
-            ) from None
-        _chat_template(app, drafter, tokenizer)
-        try:
-            target = AutoModelForCausalLM.from_pretrained(
-                target_name, trust_remote_code=app.trust_remote_code, use_safetensors=True
-            )
-        except OSError as e:
-            raise no_safetensors(target_name, "target_path", e) or EvalError(
-                f"could not load the target {target_name!r} ({str(e).splitlines()[0]}); "
-                "pass target_path=<a local HF directory or a Hub id>"
-            ) from None
-        target = target.eval().to(device)
-        proposer, kind = load_proposer(drafter, target, len(tokenizer), app.eval, device)
-        lookahead = proposer.tree_depth or max([app.eval.num_speculative_tokens, *app.eval.gamma_sweep])
-        prompts = prompt_ids(
-            conversations,
-            tokenizer,
-            limit=app.eval.num_prompts + app.eval.warmup_prompts,
-            max_len=target.config.max_position_embeddings - app.eval.max_new_tokens - lookahead - 1,
-            overlong=app.eval.overlong_prompts,
-        )
-        eos = target.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos if eos is not None else tokenizer.eos_token_id])
-        names = {
-            "target": target_name,
-            "drafter": str(drafter),
-            "kind": kind,
-            "export_sha256": served_files_hash(drafter),
-            "tokenizer_matches_target": tokenizer_matches(drafter, tokenizer),  # the gate refuses False
-        }
-        served = None
-        if app.eval.serve:
-            if vllm_missing_reason():
-                raise EvalError(f"serve=vllm: {vllm_missing_reason()}")
-            chain_cfg = replace(app.eval, tree=None)
-            served = served_hook(
-                app.eval,
-                target_model=target,
-                target_path=target_name,
-                export_dir=drafter,
-                chain_proposer=lambda: load_proposer(drafter, target, len(tokenizer), chain_cfg, device)[0],
-                eos_ids=eos_ids,
-                vocab_size=len(tokenizer),
-                trust_remote_code=app.trust_remote_code,
-            )
-        report = evaluate(
-            target, proposer, prompts, app.eval, eos_ids, len(tokenizer), names, out_dir=app.out_dir, served=served
-        )
-        if app.record:
-            _record(drafter, report, Path(app.out_dir), target_name, app.target_path is None)
-        elif not (drafter / "drafthub.json").exists():
-            print(
-                f"{drafter} has no drafthub.json, so the publish gate refuses it; to record this report there "
-                "(drafthub.json, eval_samples.jsonl) for the gate, run again with record=true"
-            )
-    except (EvalError, HeadsError, DistillError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    return {
+        "target": target_name,
+        "drafter": str(drafter),
+        "kind": kind,
+        "export_sha256": served_files_hash(drafter),
+        "tokenizer_matches_target": tokenizer_matches(drafter, tokenizer),  # the gate refuses False
+    }
+
+
+def _summarize(report: dict) -> None:
+    """One JSON line of the headline figures on stdout, warnings on stderr; exit 3 when serving broke it."""
     summary = {
         k: report[k]
         for k in ("tau", "alpha", "speedup", "predicted_speedup", "lossless", "recommended_num_speculative_tokens")
@@ -225,6 +171,58 @@ def main(cfg) -> None:
     if report.get("served", {}).get("verdict") == "broken":
         print(f"error: the served check failed: {report['served']['reason']}", file=sys.stderr)
         sys.exit(3)
+
+
+@hydra.main(config_path="pkg://conf", config_name="eval", version_base=None)
+@explained
+def main(cfg) -> None:
+    from distill.errors import DistillError
+    from distill.prompts import load_conversations
+    from distill.target import eos_token_ids
+    from eval.measure_export import measure_export
+    from eval.prompts import prompt_ids, prompt_room
+    from eval.proposers import load_proposer
+    from heads.errors import HeadsError
+    from heads.families import family_of_export
+
+    app: EvalAppConfig = OmegaConf.to_object(cfg)
+    app.eval.serve = app.serve or app.eval.serve
+    try:
+        drafter = Path(app.drafter_dir)
+        if not drafter.is_dir():
+            raise EvalError(f"drafter_dir={drafter} is not a directory; pass an exported drafter directory")
+        conversations = load_conversations(app.prompts, app.split, prompts_key="prompts", split_key="split")
+        family_of_export(drafter)  # a directory no family reads is refused before the target loads
+        target_name = app.target_path or _target_of(drafter)
+        tokenizer, target = _load_target(app, drafter, target_name)
+        proposer, kind = load_proposer(drafter, target, len(tokenizer), app.eval, target.device)
+        limit, room = app.eval.num_prompts + app.eval.warmup_prompts, prompt_room(target, proposer, app.eval)
+        prompts = prompt_ids(conversations, tokenizer, limit=limit, max_len=room, overlong=app.eval.overlong_prompts)
+        names = _names(drafter, target_name, kind, tokenizer)
+        eos_ids = eos_token_ids(target, tokenizer)
+        report = measure_export(
+            target,
+            proposer,
+            drafter,
+            prompts,
+            app.eval,
+            names,
+            vocab_size=len(tokenizer),
+            eos_ids=eos_ids,
+            out_dir=app.out_dir,
+            trust_remote_code=app.trust_remote_code,
+        )
+        if app.record:
+            _record(drafter, report, Path(app.out_dir), target_name, app.target_path is None)
+        elif not (drafter / "drafthub.json").exists():
+            print(
+                f"{drafter} has no drafthub.json, so the publish gate refuses it; to record this report there "
+                "(drafthub.json, eval_samples.jsonl) for the gate, run again with record=true"
+            )
+    except (EvalError, HeadsError, DistillError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    _summarize(report)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from typing import Iterable, Optional
 
 from jinja2.exceptions import TemplateError
 
+from eval.config import EvalConfig
 from eval.errors import EvalError
 
 
@@ -21,6 +22,13 @@ def prompt_messages(messages: list[dict]) -> list[dict]:
 
 
 OVERLONG = ("refuse", "truncate")
+
+
+def prompt_room(target, proposer, cfg: EvalConfig) -> int:
+    """The longest prompt the target's context holds with max_new_tokens and the longest block a step verifies
+    after it (a tree's depth, else the largest γ): longer ones are refused or truncated (eval.overlong_prompts)."""
+    lookahead = proposer.tree_depth or max([cfg.num_speculative_tokens, *cfg.gamma_sweep])
+    return target.config.max_position_embeddings - cfg.max_new_tokens - lookahead - 1
 
 
 def prompt_ids(

@@ -1,24 +1,23 @@
-"""The one interface between the engine and every drafter, and the draft LM's implementation.
+"""The one interface between the engine and every drafter, and the helpers several proposers share.
 
 A proposer keeps whatever state it needs (its own KV cache, target features) over the tokens
 verified so far. Each step the engine asks it for a proposal — a chain or a tree of draft
 tokens per row, with the distributions q they were drawn from — verifies it with one target
 forward, then tells the proposer how many tokens of each row survived (`accept`), passing the
 target's hidden states of the newly verified tokens when the proposer asked for them.
-Medusa and EAGLE proposers implement the same three methods.
+Every proposer implements those three methods (one module per family in eval/proposers/).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Protocol
 
 import numpy as np
 import torch
 
-from eval.kv_cache import SlotCache
-from eval.sampling import SamplingParams, probs_from_logits, sample
-from eval.static_engine import DYNAMIC, Engine
+from eval.sampling import SamplingParams
+from eval.static_engine import Engine
 
 
 @dataclass
@@ -47,6 +46,16 @@ class Proposal:
     # decoding uses it: its Jacobi window rides in the verification forward and advances with these tokens.
     observe: Optional[Callable[[torch.Tensor], None]] = None
 
+    def cut_to(self, width: int) -> Proposal:
+        """The first `width` nodes of every row (the padding past the longest real draft goes); every other
+        field (num_draft, draft_forwards, observe) is kept."""
+        return replace(
+            self,
+            draft_tokens=self.draft_tokens[:, :width],
+            draft_probs=None if self.draft_probs is None else self.draft_probs[:, :width],
+            parents=None if self.parents is None else self.parents[:, :width],
+        )
+
 
 @dataclass
 class TargetFeatures:
@@ -57,15 +66,19 @@ class TargetFeatures:
 
 
 class Proposer(Protocol):
+    """What the engine asks of a drafter. The proposers inherit it for the optional parts' defaults, so the
+    engine calls `use_engine` and `begin_workload` on every proposer instead of probing for them."""
+
     # HF output_hidden_states ids the drafter reads (hidden_states[k] enters decoder layer k; id N =
     # decoder layers is the last output before the final norm, as vLLM reads it);
     # () = the drafter needs no target signal; −1 = the final normed hidden state (lm_head's input).
     target_layer_ids: tuple[int, ...]
     tree_depth: Optional[int]  # None: proposes chains of γ; else the depth of its (fixed-shape) tree
     max_num_speculative_tokens: Optional[int]  # longest chain it can propose (Medusa: its head count); None = any
-    # Optional: True when it may propose trees although tree_depth is None (n-gram with several matches, suffix
-    # trees); absent = trees exactly when tree_depth is set. The static engine path runs chains only.
-    proposes_trees: bool
+    # Whether it may propose trees although tree_depth is None (n-gram with several matches, suffix trees);
+    # None = trees exactly when tree_depth is set. The static engine path runs chains only.
+    proposes_trees: Optional[bool] = None
+    engine_models: tuple[torch.nn.Module, ...] = ()  # its own models on the engine's path (the static path too)
 
     def reset(self, batch_size: int, device: torch.device) -> None:
         """Forget all state; a new batch of sequences starts."""
@@ -77,6 +90,16 @@ class Proposer(Protocol):
 
     def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
         """The first num_valid[b] tokens of row b are verified; features cover those new since the last call."""
+
+    def use_engine(self, engine: Engine) -> None:
+        """Decode on the engine's path (eval/static_engine.py). Only a drafter with its own model cache (the
+        draft LM) has anything to do; the others keep no cache the path shapes."""
+
+    def begin_workload(self, name: str) -> None:
+        """The next requests belong to workload `name`. Only a proposer that learns from earlier requests
+        (suffix decoding's global tree of past outputs) keeps one memory per name, so eval's passes over the
+        same prompts (warm-up, then each γ) never draft from one another's outputs; the others forget all at
+        `reset`."""
 
 
 def merge_chains(chains) -> tuple[list[int], list[int]]:
@@ -133,106 +156,3 @@ def point_mass_proposal(
         num_draft=torch.tensor(counts, device=device),
         **fields,
     )
-
-
-def begin_workload(proposer: Proposer, name: str) -> None:
-    """Tell a proposer that the next requests belong to workload `name`, if it keeps memory across requests.
-
-    Only a proposer that learns from earlier requests (suffix decoding's global tree of past outputs)
-    defines `begin_workload(name)`: it keeps one memory per name, so eval's passes over the same prompts
-    (warm-up, then each γ) never draft from one another's outputs. Every other proposer forgets all at
-    `reset`, so this is a helper that skips them rather than a method each of them would carry as a no-op.
-    """
-    begin = getattr(proposer, "begin_workload", None)
-    if begin is not None:
-        begin(name)
-
-
-class DraftLMProposer:
-    """Chain or tree proposals from an independent draft LM sharing the target's tokenizer.
-
-    Cache rule: the draft's SlotCache holds a prefix of each row's sequence. `propose` feeds what
-    it lacks (the prompt at first; later the corrected token, or the last draft and the bonus
-    token when all were accepted), then drafts. A chain takes γ forwards and never feeds its last
-    token (it may be rejected). A tree (`tree` = branching per depth, e.g. [3, 2, 1]) takes one
-    forward per depth over the whole tree so far, which is dropped again, so the cache never
-    holds unverified nodes. `accept` rolls the cache back to the verified tokens.
-
-    Tree children are the top-k draft tokens under greedy decoding and k independent draws from
-    q under sampling — what lossless tree verification requires.
-    """
-
-    target_layer_ids: tuple[int, ...] = ()
-    max_num_speculative_tokens = None
-
-    def __init__(self, model: torch.nn.Module, vocab_size: int, tree: Optional[list[int]] = None):
-        self.model, self.vocab_size, self.tree = model, vocab_size, list(tree or [])
-        self.tree_depth = len(self.tree) or None
-        self.cache: Optional[SlotCache] = None
-        self.engine = DYNAMIC
-
-    def use_engine(self, engine: Engine) -> None:
-        """Draft chains on the static path too: widths 1 (a draft token) and 2 (catch-up after a full accept)."""
-        self.engine = engine if engine.static and not self.tree else DYNAMIC
-        if self.engine.static:
-            engine.static_model(self.model, widths=(1, 2))
-
-    def reset(self, batch_size: int = 1, device: Optional[torch.device] = None) -> None:
-        device = device or next(self.model.parameters()).device
-        self.cache = self.engine.cache(self.model, batch_size, device, widths=(1, 2))
-
-    @torch.no_grad()
-    def propose(
-        self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None
-    ) -> Proposal:
-        lengths = self.cache.lengths()
-        unfed = [s[n:] for s, n in zip(sequences, lengths)]
-        logits = self.cache.feed(self.model, unfed, logits_to_keep=1).logits[:, -1, : self.vocab_size]  # (B, V)
-        if self.tree:
-            return self._propose_tree(logits, params, generator)
-        draft_tokens, draft_probs = [], []
-        for i in range(num_speculative_tokens):
-            if params.greedy:
-                token = logits.argmax(-1)  # (B,)
-            else:
-                q = probs_from_logits(logits, params)  # (B, V)
-                token = sample(q, generator)
-                draft_probs.append(q)
-            draft_tokens.append(token)
-            if i + 1 < num_speculative_tokens:  # the last draft token is never fed: it may be rejected
-                out = self.cache.forward(self.model, token[:, None], logits_to_keep=1)
-                logits = out.logits[:, -1, : self.vocab_size]
-        return Proposal(
-            torch.stack(draft_tokens, 1),
-            torch.stack(draft_probs, 1) if draft_probs else None,
-            draft_forwards=num_speculative_tokens,  # the feed plus γ − 1 single-token forwards
-        )
-
-    def _propose_tree(self, root_logits: torch.Tensor, params: SamplingParams, generator=None) -> Proposal:
-        """Expand every frontier node into `k` children per depth; root_logits: (B, V)."""
-        batch, device = root_logits.shape[0], root_logits.device
-        verified = self.cache.lengths()
-        tokens = torch.zeros(batch, 0, dtype=torch.long, device=device)
-        parents = torch.zeros(batch, 0, dtype=torch.long, device=device)
-        probs, frontier, frontier_logits = [], torch.tensor([-1], device=device), root_logits[:, None]  # (B, F, V)
-        for depth, k in enumerate(self.tree):
-            fanout = len(frontier) * k
-            if params.greedy:
-                children = frontier_logits.topk(k, dim=-1).indices.reshape(batch, fanout)  # distinct top-k
-            else:
-                q = probs_from_logits(frontier_logits, params)  # (B, F, V)
-                children = torch.multinomial(
-                    q.reshape(-1, q.shape[-1]), k, replacement=True, generator=generator
-                ).reshape(batch, fanout)
-                probs.append(q.repeat_interleave(k, dim=1))  # (B, F·k, V): each child's q is its parent's
-            tokens = torch.cat([tokens, children], dim=1)
-            parents = torch.cat([parents, frontier.repeat_interleave(k).expand(batch, -1)], dim=1)
-            frontier = torch.arange(tokens.shape[1] - fanout, tokens.shape[1], device=device)
-            if depth + 1 < len(self.tree):  # the deepest nodes need no draft forward
-                out = self.cache.forward(self.model, tokens, parents)
-                frontier_logits = out.logits[:, frontier, : self.vocab_size]
-                self.cache.rollback(verified)  # tree nodes never stay in the draft cache
-        return Proposal(tokens, torch.cat(probs, dim=1) if probs else None, parents, draft_forwards=len(self.tree))
-
-    def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
-        self.cache.rollback(num_valid)

@@ -1,13 +1,23 @@
-"""Writing the eval outputs: eval_report.json, eval_samples.jsonl, report.md and a plot."""
+"""The eval outputs: the report computed from the measurements, then eval_report.json, eval_samples.jsonl,
+report.md and the plots written from it."""
 
 from __future__ import annotations
 
 import json
 import os
 import secrets
+import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Iterable
 
+from eval.claims import DIGEST, figures_digest, samples_digest
+from eval.config import EvalConfig
+from eval.measure import Measurements
+from eval.metrics import add_block_cost, decode_figures
+from eval.sampling import SamplingParams
+from eval.static_engine import Engine
+from eval.timing import repeat_drift, timing_verdict
 from heads.card import speed_warnings, speedup_text, timing_device
 from heads.formats.fingerprint import SAMPLES_FILE
 
@@ -29,6 +39,69 @@ def samples_jsonl(samples: Iterable[dict]) -> str:
 
 def read_samples(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def build_report(m: Measurements, cfg: EvalConfig, names: dict, engine: Engine) -> dict:
+    """The report's figures: the configured γ's, the sweep, the timing verdict and the recommended γ."""
+    depth, spec, ar, spreads = m.tree_depth, m.spec, m.ar, m.spreads
+    sweep = [
+        decode_figures(spec[g], ar, depth or g, is_chain=depth is None)
+        | {"num_speculative_tokens": g, "speedup_spread": {k: v for k, v in spreads[g].items() if k != "per_prompt"}}
+        for g in m.gammas
+    ]
+    add_block_cost(sweep)  # one forward per block or one per token: the sweep's drafting time says which
+    main = sweep[m.gammas.index(cfg.num_speculative_tokens)]
+    timing = timing_verdict(
+        repeat_drift(*zip(*m.base_runs[0]), *zip(*m.base_runs[1])),
+        spreads[cfg.num_speculative_tokens],
+        main["speedup"],
+        drift_tolerance=cfg.timing_drift_tolerance,
+        max_interval=cfg.timing_max_interval,
+        device=m.device,
+    )
+    # A noisy machine's wall clock cannot rank γ values: the τ-and-cost prediction (its phase timings are
+    # taken within each step, both sides alike) recommends instead, and the report says so.
+    basis = "predicted_speedup_from_tau" if timing["noisy"] else "speedup"
+    best = max(sweep, key=lambda row: row[basis])
+    greedy = SamplingParams(cfg.temperature).greedy
+    lossless = greedy or cfg.acceptance == "exact"
+    return {
+        **names,
+        **{k: v for k, v in main.items() if k not in ("num_speculative_tokens", "speedup_spread")},
+        "speedup_spread": spreads[cfg.num_speculative_tokens],
+        "timing": timing,
+        "engine": engine.describe(),
+        "tokens_per_second": {"speculative": main["tokens_per_second"], "autoregressive": ar.tokens / ar.seconds},
+        # Greedy: every output must equal the target's own. Exact sampling: the outputs differ
+        # by chance, exactness rests on rejection sampling (tested statistically). Typical: lossy.
+        "lossless": (spec[cfg.num_speculative_tokens].equal_rows == len(m.prompts))
+        if greedy
+        else (None if lossless else False),
+        "lossless_prompts": spec[cfg.num_speculative_tokens].equal_rows,
+        "acceptance_rule": "greedy"
+        if greedy
+        else ("exact rejection sampling" if lossless else "typical acceptance (lossy)"),
+        "recommended_num_speculative_tokens": None if depth else best["num_speculative_tokens"],
+        "recommendation_basis": None
+        if depth
+        else ("measured speed-up" if basis == "speedup" else "predicted from τ and cost (timing was noisy)"),
+        "gamma_sweep": sweep if len(sweep) > 1 else [],
+        "settings": {**asdict(cfg), "num_prompts": len(m.prompts), "device": str(m.device)},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def seal_report(report: dict, m: Measurements, num_speculative_tokens: int) -> str:
+    """Bind the samples and every figure (the served verdict included: seal last) into the report; returns
+    eval_samples.jsonl's text."""
+    outputs = m.spec[num_speculative_tokens].outputs
+    samples = samples_jsonl(
+        {"prompt_ids": p, "speculative_ids": s, "autoregressive_ids": a, "equal": s == a}
+        for p, s, a in zip(m.prompts, outputs, m.ar.outputs)
+    )
+    report["samples_sha256"] = samples_digest(samples)
+    report[DIGEST] = figures_digest(report)
+    return samples
 
 
 def write_report(out_dir: str | Path, report: dict, samples_text: str) -> None:

@@ -7,7 +7,7 @@ max_new_tokens, so under greedy decoding their outputs must be identical token f
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -37,6 +37,18 @@ class DecodeStats:
         """Accumulate another decode's counts and timings into this one."""
         for name, value in vars(other).items():
             setattr(self, name, getattr(self, name) + value)
+
+    def record_step(self, times: tuple[float, float, float, float, float], proposal: Proposal) -> None:
+        """One step's timings and counts. times: started, drafted, target forward done, target's tokens observed
+        (lookahead decoding's window advanced: drafting work, timed as such), accepted and cached."""
+        started, drafted, forwarded, observed, accepted = times
+        self.draft_seconds += observed - forwarded
+        self.draft_seconds += drafted - started
+        self.target_seconds += observed - drafted  # the observing counted here too, as eval always has
+        self.verify_seconds += accepted - observed
+        self.target_forwards += 1
+        self.draft_forwards += proposal.draft_forwards
+        self.proposed_tokens += proposal.draft_tokens.shape[1]  # after the cut: only real drafts (the longest row's)
 
 
 @dataclass(frozen=True)
@@ -111,43 +123,25 @@ def speculative_step(
         per row, the new tokens: the accepted draft path plus the corrected or bonus token;
         and per row, its number of real draft nodes (0: the step was a plain decoding step).
     """
-    device = cache.device
+    device, layer_ids = cache.device, proposer.target_layer_ids
     # 1. Draft a chain or tree per row, keeping the q each token was drawn from. Rows may draft
     #    fewer nodes (num_draft): the block is cut to the longest real draft, so a step where
     #    no row drafts is one target forward over the last tokens, a plain decoding step.
     t0 = _now(device)
     proposal = proposer.propose(sequences, gamma, params, generator)
     num_draft = None if proposal.num_draft is None else proposal.num_draft.tolist()  # host sync: one per step
-    if num_draft is not None:
-        width = max(num_draft, default=0)
-        proposal = replace(  # every other field (num_draft, draft_forwards, observe) is kept
-            proposal,
-            draft_tokens=proposal.draft_tokens[:, :width],
-            draft_probs=None if proposal.draft_probs is None else proposal.draft_probs[:, :width],
-            parents=None if proposal.parents is None else proposal.parents[:, :width],
-        )
+    proposal = proposal if num_draft is None else proposal.cut_to(max(num_draft, default=0))
     t1 = _now(device)
     # 2. One target forward over [last token, draft nodes]; the tree mask shows each node only
     #    its ancestors, so row j+1 of the logits is the target's distribution after node j.
     batch, num_nodes = proposal.draft_tokens.shape
-    block = torch.cat(
-        [torch.tensor([[s[-1]] for s in sequences], device=device), proposal.draft_tokens], dim=1
-    )  # (B, N+1)
-    parents = (
-        None
-        if proposal.parents is None
-        else torch.cat([torch.full((batch, 1), -1, device=device), proposal.parents + 1], dim=1)
-    )
-    layer_ids = proposer.target_layer_ids
     with last_layer_output(target, layer_ids) as final:
-        out = cache.forward(target, block, parents, output_hidden_states=bool(layer_ids))
+        out = cache.forward(target, *_block(sequences, proposal, device), output_hidden_states=bool(layer_ids))
     logits = out.logits[..., :vocab_size]  # (B, N+1, V)
-    t2 = _now(device)
+    t2 = t3 = _now(device)
     if proposal.observe is not None:  # lookahead decoding: the target's greedy tokens advance its window
         proposal.observe(logits.argmax(-1))  # (B, N+1); the proposer reads them on the host: one sync per step
-        t_observed = _now(device)
-        stats.draft_seconds += t_observed - t2  # drafting work, timed as such
-        t2 = t_observed
+        t3 = _now(device)
     # 3. Accept/reject per row: the longest valid path, then the corrected or bonus token.
     rows = num_draft or [None] * batch  # None: every node of the row is real
     verdicts = [
@@ -160,15 +154,20 @@ def speculative_step(
     cache.keep_last(kept, num_nodes + 1)
     features = _kept_features(out.hidden_states, final, layer_ids, kept) if layer_ids else None
     proposer.accept([len(s) + len(path) for s, (path, _) in zip(sequences, verdicts)], features)
-    stats.draft_seconds += t1 - t0
-    stats.target_seconds += t2 - t1
-    stats.verify_seconds += _now(device) - t2
-    stats.target_forwards += 1
-    stats.draft_forwards += proposal.draft_forwards
-    stats.proposed_tokens += num_nodes  # after the cut: only real drafts (the longest row's)
+    stats.record_step((t0, t1, t2, t3, _now(device)), proposal)
     tokens = proposal.draft_tokens.tolist()  # host sync
     new = [[tokens[b][j] for j in path] + [nxt] for b, (path, nxt) in enumerate(verdicts)]
     return new, num_draft if num_draft is not None else [num_nodes] * batch
+
+
+def _block(sequences: list[list[int]], proposal: Proposal, device) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The verification block [last verified token, draft nodes] (B, N+1) and its parents (−1 = the root),
+    None for chains."""
+    batch = proposal.draft_tokens.shape[0]
+    block = torch.cat([torch.tensor([[s[-1]] for s in sequences], device=device), proposal.draft_tokens], dim=1)
+    if proposal.parents is None:
+        return block, None
+    return block, torch.cat([torch.full((batch, 1), -1, device=device), proposal.parents + 1], dim=1)
 
 
 def _kept_features(

@@ -223,13 +223,14 @@ def choose_engine(
     if setting == "dynamic":
         return Engine("dynamic", "eval.engine=dynamic")
     gaps = []
-    if tree is not None or getattr(proposer, "proposes_trees", proposer.tree_depth is not None):
+    trees = proposer.tree_depth is not None if proposer.proposes_trees is None else proposer.proposes_trees
+    if tree is not None or trees:
         gaps.append("token trees")
     if batch_size != 1:
         gaps.append(f"batches of {batch_size} rows")
     if proposer.target_layer_ids:
         gaps.append("drafters that read the target's hidden states")
-    models = [target] + ([proposer.model] if hasattr(proposer, "use_engine") else [])
+    models = [target, *proposer.engine_models]
     gaps += [why for why in map(supports_static, models) if why]
     device = next(target.parameters()).device
     if gaps:

@@ -1,6 +1,6 @@
 """A depth-capped suffix tree with occurrence counts, and the drafts grown from it (arctic-inference 0.1.1's rules).
 
-Suffix decoding (eval/suffix_proposer.py) keeps one per request and one per workload. Every suffix of
+Suffix decoding (eval/proposers/suffix.py) keeps one per request and one per workload. Every suffix of
 the text, up to max_depth tokens, is a path from the root; each node counts the suffixes passing
 through or ending at it, i.e. the occurrences of the string from the root to it. A token's
 probability after a matched node is the product of count(child) / count(parent) along the path.

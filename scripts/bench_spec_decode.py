@@ -76,7 +76,7 @@ def main() -> None:
     from distill.config import TargetConfig
     from distill.target import load_tokenizer, resolve_target
     from eval.metrics import Tally, decode_figures
-    from eval.proposer import DraftLMProposer
+    from eval.proposers.draft_lm import DraftLMProposer
     from eval.sampling import SamplingParams
     from eval.speculative import autoregressive_generate, speculative_generate
     from eval.static_engine import DYNAMIC, choose_engine

@@ -85,7 +85,10 @@ def test_an_unknown_kind_is_one_line_naming_the_table_and_the_known_kinds():
 
 @pytest.mark.parametrize(
     ("table", "message"),
-    [(PROPOSERS, r"no entry in the proposer table \(eval/proposers.py PROPOSERS\)"), (SETUPS, r"training-setup table")],
+    [
+        (PROPOSERS, r"no entry in the proposer table \(eval/proposers/__init__.py PROPOSERS\)"),
+        (SETUPS, r"training-setup table"),
+    ],
 )
 def test_a_forgotten_entry_stops_the_run_before_any_work(table, message, monkeypatch):
     from omegaconf import OmegaConf

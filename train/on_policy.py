@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from eval.kv_cache import SlotCache, block_attention
-from eval.proposer import DraftLMProposer
+from eval.proposers.draft_lm import DraftLMProposer
 from eval.sampling import SamplingParams, probs_from_logits, sample
 
 POLICIES = ("off_policy", "on_policy")

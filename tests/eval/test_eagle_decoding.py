@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from eval.eagle_proposer import EagleProposer
+from eval.proposers.eagle3 import EagleProposer
 from eval.sampling import SamplingParams
 from eval.speculative import speculative_generate
 from tests.eval.fitting import assert_first_tokens_follow_the_target

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from eval.kv_cache import ancestor_mask
-from eval.lookahead_proposer import LookaheadProposer, RowState, remember, window_tree
 from eval.proposer import merge_chains
+from eval.proposers.lookahead import LookaheadProposer, RowState, remember, window_tree
 from eval.sampling import SamplingParams
 from eval.speculative import speculative_generate
 from heads.config import LookaheadConfig

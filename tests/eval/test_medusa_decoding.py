@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from distill.features import final_hidden_states
-from eval.medusa_proposer import MedusaProposer
+from eval.proposers.medusa import MedusaProposer
 from eval.sampling import SamplingParams
 from eval.speculative import Acceptance, speculative_generate
 from heads.config import MedusaConfig

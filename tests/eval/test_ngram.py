@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from eval.metrics import Tally, decode_figures, summarize
-from eval.ngram_proposer import NgramProposer, find_ngram_continuation, find_ngram_continuations
 from eval.proposer import Proposal, merge_chains
+from eval.proposers.ngram import NgramProposer, find_ngram_continuation, find_ngram_continuations
 from eval.sampling import SamplingParams
 from eval.speculative import autoregressive_generate, speculative_generate
 from tests.eval.fitting import assert_first_tokens_follow_the_target

@@ -7,8 +7,8 @@ from omegaconf import OmegaConf
 
 from eval.config import EvalConfig
 from eval.errors import EvalError
-from eval.pard_proposer import PardProposer
 from eval.proposers import load_proposer
+from eval.proposers.pard import PardProposer
 from eval.sampling import SamplingParams
 from eval.speculative import autoregressive_generate, speculative_generate
 from heads.config import PardConfig
@@ -110,7 +110,7 @@ def test_bad_settings_stop_the_run_before_any_work(override, error, message):
 
 def test_reports_count_drafter_forwards_and_the_block_cost(pard, weak_draft, target, prompt_ids):
     from eval.metrics import Tally, add_block_cost, decode_figures
-    from eval.proposer import DraftLMProposer
+    from eval.proposers.draft_lm import DraftLMProposer
 
     ar = Tally(seconds=1.0, tokens=10)
     for proposer, forwards in ((_proposer(pard), 1.0), (DraftLMProposer(weak_draft, 512), 4.0)):

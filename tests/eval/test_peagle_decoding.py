@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from distill.features import layer_features
-from eval.peagle_proposer import PEagleProposer
 from eval.proposer import TargetFeatures
+from eval.proposers.peagle import PEagleProposer
 from eval.sampling import SamplingParams, probs_from_logits
 from eval.speculative import speculative_generate
 from tests.eval.fitting import assert_first_tokens_follow_the_target

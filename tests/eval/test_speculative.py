@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from eval.proposer import DraftLMProposer, TargetFeatures
+from eval.proposer import TargetFeatures
+from eval.proposers.draft_lm import DraftLMProposer
 from eval.sampling import SamplingParams
 from eval.speculative import Acceptance, autoregressive_generate, speculative_generate
 from tests.eval.fitting import assert_first_tokens_follow_the_target

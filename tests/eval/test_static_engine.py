@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from eval.errors import EvalError
-from eval.ngram_proposer import NgramProposer
-from eval.proposer import DraftLMProposer
+from eval.proposer import Proposer
+from eval.proposers.draft_lm import DraftLMProposer
+from eval.proposers.ngram import NgramProposer
 from eval.sampling import SamplingParams
 from eval.speculative import autoregressive_generate, speculative_generate
 from eval.static_engine import StaticModel, StaticSlotCache, choose_engine
@@ -80,7 +81,7 @@ def test_compiled_decoding_equals_the_dynamic_path_token_for_token(target, weak_
     assert engine.describe()["compile_seconds"] > 0
 
 
-class _ReadsTargetFeatures:
+class _ReadsTargetFeatures(Proposer):
     target_layer_ids, tree_depth = (1,), None
 
 

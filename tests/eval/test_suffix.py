@@ -8,11 +8,10 @@ import pytest
 import torch
 
 from eval.config import EvalConfig
-from eval.proposer import begin_workload
+from eval.proposers.suffix import SuffixProposer
 from eval.run import evaluate
 from eval.sampling import SamplingParams
 from eval.speculative import speculative_generate
-from eval.suffix_proposer import SuffixProposer
 from eval.suffix_tree import SuffixTree
 from heads.errors import HeadsError
 from heads.suffix import SuffixDrafter
@@ -124,7 +123,7 @@ def test_a_second_request_drafts_the_first_ones_output_within_its_workload():
     assert _propose(proposer, [second], gamma=3) == [[12, 13]]  # "10 11" matched: budget 2
     proposer.begin_workload("b")  # a new workload starts with an empty global tree
     assert _propose(proposer, [second]) == [[]]
-    begin_workload(proposer, "a")  # the helper eval/run.py calls; workload a kept its memory
+    proposer.begin_workload("a")  # what eval/measure.py calls; workload a kept its memory
     assert _propose(proposer, [second]) == [[12, 13]]
 
 

@@ -5,9 +5,9 @@ import time
 import numpy as np
 import pytest
 
-import eval.run
+import eval.measure
 from eval.config import EvalConfig
-from eval.proposer import DraftLMProposer
+from eval.proposers.draft_lm import DraftLMProposer
 from eval.report import render_markdown
 from eval.run import evaluate
 from eval.timing import repeat_drift, speedup_spread, timing_verdict
@@ -72,7 +72,7 @@ def test_a_slowed_baseline_repeat_is_flagged_and_gamma_falls_back_to_the_predict
     target, weak_draft, tokenizer, prompt_ids, monkeypatch
 ):
     """Another job competing for the CPU, injected: every second baseline decode takes twice as long."""
-    real, calls = eval.run.autoregressive_generate, []
+    real, calls = eval.measure.autoregressive_generate, []
 
     def contended(*args, **kwargs):
         t0 = time.perf_counter()
@@ -82,7 +82,7 @@ def test_a_slowed_baseline_repeat_is_flagged_and_gamma_falls_back_to_the_predict
             time.sleep(time.perf_counter() - t0)
         return out
 
-    monkeypatch.setattr(eval.run, "autoregressive_generate", contended)
+    monkeypatch.setattr(eval.measure, "autoregressive_generate", contended)
     report = _measure(target, weak_draft, tokenizer, prompt_ids)
     timing = report["timing"]
     assert len(calls) == 2 * 4  # each prompt's baseline, before and after the speculative runs

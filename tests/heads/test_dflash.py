@@ -7,9 +7,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from eval.dflash_proposer import DFlashProposer
 from eval.errors import EvalError
 from eval.proposer import TargetFeatures
+from eval.proposers.dflash import DFlashProposer
 from eval.sampling import SamplingParams
 from heads.config import DFlashConfig
 from heads.dflash import DFlashDrafter

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from eval.proposer import DraftLMProposer
+from eval.proposers.draft_lm import DraftLMProposer
 from eval.sampling import SamplingParams
 from eval.speculative import autoregressive_generate, speculative_generate
 from heads.errors import HeadsError

@@ -7,7 +7,7 @@ import torch
 from safetensors import safe_open
 
 from distill.features import final_hidden_states
-from eval.medusa_proposer import MedusaProposer
+from eval.proposers.medusa import MedusaProposer
 from eval.sampling import SamplingParams
 from heads.config import MedusaConfig
 from heads.errors import HeadsError

@@ -3,15 +3,12 @@ serve the same directory with vLLM when asked (eval.serve=vllm), and record the 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from distill.shards import load_distilled
 from distill.target import eos_token_ids, load_target, load_tokenizer, resolve_target
 from eval.claims import DIGEST, figures_digest
-from eval.prompts import prompt_ids
+from eval.measure_export import measure_export
+from eval.prompts import prompt_ids, prompt_room
 from eval.proposers import load_proposer
-from eval.run import evaluate
-from eval.served import served_hook
 from eval.vocabulary import tokenizer_matches
 from heads.families import ExportJob, Family, get_family
 from heads.formats.fingerprint import served_files_hash
@@ -77,16 +74,12 @@ def eval_stage(run: Run) -> dict:
     target = load_target(cfg.target, run.device)
     export_sha256 = export_drafter(run, family, tokenizer, target)
     proposer, kind = load_proposer(paths.drafter, target, len(tokenizer), cfg.eval, run.device)
-    lookahead = proposer.tree_depth or max([cfg.eval.num_speculative_tokens, *cfg.eval.gamma_sweep])
-    prompts, measured = eval_prompt_ids(
-        run, tokenizer, target.config.max_position_embeddings - cfg.eval.max_new_tokens - lookahead - 1
-    )
+    prompts, measured = eval_prompt_ids(run, tokenizer, prompt_room(target, proposer, cfg.eval))
     if measured["overlap"]:
         raise PipelineError(
             f"{measured['overlap']} of the {measured['count']} eval prompts ({measured['what']}) are in the distilled "
             "training data; measure on prompts the drafter was not trained on (eval_prompts=FILE or eval_split=SPLIT)"
         )
-    eos = eos_token_ids(target, tokenizer)
     names = {
         "target": cfg.target.name_or_path,
         "drafter": str(paths.drafter),
@@ -97,20 +90,19 @@ def eval_stage(run: Run) -> dict:
         "prompts": measured,
         "tokenizer_matches_target": tokenizer_matches(paths.drafter, tokenizer),
     }
-    served = None
-    if cfg.eval.serve:
-        chain_cfg = replace(cfg.eval, tree=None)
-        served = served_hook(
-            cfg.eval,
-            target_model=target,
-            target_path=resolve_target(cfg.target.name_or_path),
-            export_dir=paths.drafter,
-            chain_proposer=lambda: load_proposer(paths.drafter, target, len(tokenizer), chain_cfg, run.device)[0],
-            eos_ids=eos,
-            vocab_size=len(tokenizer),
-            trust_remote_code=cfg.target.trust_remote_code,
-        )
-    return evaluate(target, proposer, prompts, cfg.eval, eos, len(tokenizer), names, out_dir=paths.eval, served=served)
+    return measure_export(
+        target,
+        proposer,
+        paths.drafter,
+        prompts,
+        cfg.eval,
+        names,
+        vocab_size=len(tokenizer),
+        eos_ids=eos_token_ids(target, tokenizer),
+        out_dir=paths.eval,
+        serve_target=resolve_target(cfg.target.name_or_path),  # a loadable path, not a toy world's alias
+        trust_remote_code=cfg.target.trust_remote_code,
+    )
 
 
 def _still_valid(report: dict, run: Run, family: Family) -> bool:

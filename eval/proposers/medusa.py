@@ -13,13 +13,16 @@ from typing import Optional
 
 import torch
 
-from eval.proposer import Proposal, TargetFeatures
+from eval.config import EvalConfig
+from eval.errors import EvalError
+from eval.proposer import Proposal, Proposer, TargetFeatures
+from eval.proposers.base import ProposerEntry
 from eval.sampling import SamplingParams, probs_from_logits, sample
 from heads.medusa import MedusaHeads
-from heads.medusa_tree import tree_parents
+from heads.medusa_tree import full_tree, tree_parents
 
 
-class MedusaProposer:
+class MedusaProposer(Proposer):
     """Chains (head k's top-1 at depth k) or a fixed tree of per-head candidates.
 
     Tree nodes are paths of candidate ranks (heads.medusa_tree). Under greedy decoding node
@@ -90,3 +93,49 @@ class MedusaProposer:
         # an independent draw per node
         tokens = torch.multinomial(q.flatten(0, 1), 1, generator=generator).view(batch, -1)
         return Proposal(tokens, q, parents, draft_forwards=1)
+
+
+def _refuse_dynamic_tree(cfg: EvalConfig) -> None:
+    if cfg.tree == "dynamic":
+        raise EvalError(
+            "eval.tree=dynamic is EAGLE-2's tree; Medusa decodes chains, its saved tree (drafter) or children per depth"
+        )
+
+
+def _check(settings, cfg: EvalConfig) -> None:
+    _refuse_dynamic_tree(cfg)
+    heads = settings.num_heads
+    if not cfg.tree and cfg.num_speculative_tokens > heads:
+        raise EvalError(
+            f"eval.num_speculative_tokens={cfg.num_speculative_tokens} exceeds drafter.num_heads={heads}: "
+            "Medusa proposes one token per head"
+        )
+    if isinstance(cfg.tree, list) and len(cfg.tree) > heads:
+        raise EvalError(f"eval.tree={cfg.tree} is {len(cfg.tree)} deep but drafter.num_heads={heads}")
+
+
+def _build(heads, *, target, vocab_size: int, cfg: EvalConfig, path) -> MedusaProposer:
+    target_hidden = target.get_output_embeddings().weight.shape[1]
+    if heads.hidden_size != target_hidden or heads.vocab_size < vocab_size:
+        raise EvalError(
+            f"{path} holds Medusa heads for hidden size {heads.hidden_size} and {heads.vocab_size} tokens; this target "
+            f"has {target_hidden} and {vocab_size}: pair the heads with the target they were trained on"
+        )
+    _refuse_dynamic_tree(cfg)  # a chain longer than the heads is refused by the engine, naming its limit
+    if cfg.tree == "drafter":
+        if heads.tree is None:
+            raise EvalError(
+                f"{path} carries no medusa_tree.json; "
+                "use eval.tree=null (chains) or children per depth such as [3, 2, 1]"
+            )
+        tree = heads.tree
+    else:
+        tree = full_tree(list(cfg.tree)) if cfg.tree else None
+    if tree and max(map(len, tree)) > heads.num_heads:
+        raise EvalError(
+            f"eval.tree={cfg.tree} is {max(map(len, tree))} deep but the drafter has {heads.num_heads} Medusa heads"
+        )
+    return MedusaProposer(heads, vocab_size, tree, topk_candidates=cfg.acceptance == "typical")
+
+
+ENTRY = ProposerEntry(build=_build, check=_check)

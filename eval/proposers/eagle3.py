@@ -20,17 +20,21 @@ is exact for candidates chosen by any deterministic rule (top-k ones included).
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Optional
 
 import torch
 
-from eval.proposer import Proposal, TargetFeatures
+from eval.config import EvalConfig
+from eval.errors import EvalError
+from eval.proposer import Proposal, Proposer, TargetFeatures
+from eval.proposers.base import ProposerEntry, check_paired
 from eval.sampling import SamplingParams, probs_from_logits, sample
 from heads.eagle import Eagle3Drafter
 from heads.eagle1 import Eagle1Drafter
 
 
-class EagleProposer:
+class EagleProposer(Proposer):
     """Chains and dynamic trees for EAGLE-3 and EAGLE-1 drafters (same decode contract)."""
 
     def __init__(self, drafter: Eagle3Drafter | Eagle1Drafter, vocab_size: int, tree: Optional[dict] = None):
@@ -206,3 +210,20 @@ class EagleProposer:
         toks = torch.where(valid, all_tok.gather(1, order), all_tok.gather(1, order[:, :1]).expand(-1, width))
         point_masses = None if params.greedy else torch.nn.functional.one_hot(toks, self.vocab_size).float()
         return Proposal(toks, point_masses, new_par, draft_forwards=depth)
+
+
+def _check(settings, cfg: EvalConfig) -> None:
+    if cfg.tree not in (None, "dynamic"):
+        raise EvalError(
+            f"eval.tree={cfg.tree} is not an EAGLE tree; "
+            "use null (chains) or dynamic (EAGLE-2, shaped by eval.dynamic_tree)"
+        )
+
+
+def _build(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> EagleProposer:
+    check_paired(drafter, target, vocab_size, path, "an EAGLE")
+    _check(drafter, cfg)
+    return EagleProposer(drafter, vocab_size, asdict(cfg.dynamic_tree) if cfg.tree == "dynamic" else None)
+
+
+ENTRY = ProposerEntry(build=_build, check=_check)  # EAGLE-1's row too (eval/proposers/__init__.py)

@@ -17,12 +17,15 @@ from typing import Optional
 
 import torch
 
-from eval.proposer import Proposal, TargetFeatures
+from eval.config import EvalConfig
+from eval.errors import EvalError
+from eval.proposer import Proposal, Proposer, TargetFeatures
+from eval.proposers.base import ProposerEntry, check_block_drafter, check_paired
 from eval.sampling import SamplingParams, probs_from_logits, sample
 from heads.dflash import DFlashDrafter
 
 
-class DFlashProposer:
+class DFlashProposer(Proposer):
     tree_depth = None  # chains only: the block is one chain
 
     def __init__(self, drafter: DFlashDrafter, vocab_size: int):
@@ -78,3 +81,23 @@ class DFlashProposer:
             return Proposal(logits.argmax(-1), draft_forwards=1)
         q = probs_from_logits(logits, params)  # (B, γ, V), each slot independent
         return Proposal(sample(q, generator), q, draft_forwards=1)
+
+
+def _check(settings, cfg: EvalConfig) -> None:
+    """settings: the drafter config (preflight) or the loaded drafter (its arch carries block_size)."""
+    check_block_drafter(settings, cfg)
+    block = getattr(settings, "arch", settings).block_size
+    if cfg.num_speculative_tokens > block - 1:
+        raise EvalError(
+            f"eval.num_speculative_tokens={cfg.num_speculative_tokens} exceeds drafter.block_size − 1 = {block - 1}: "
+            "DFlash drafts at most the mask slots of the block it was trained for"
+        )
+
+
+def _build(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> DFlashProposer:
+    check_paired(drafter, target, vocab_size, path, "a DFlash")
+    _check(drafter, cfg)
+    return DFlashProposer(drafter, vocab_size)
+
+
+ENTRY = ProposerEntry(build=_build, check=_check)

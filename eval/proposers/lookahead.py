@@ -47,7 +47,10 @@ from typing import Optional
 import numpy as np
 import torch
 
-from eval.proposer import Proposal, TargetFeatures, merge_chains, point_mass_proposal
+from eval.config import EvalConfig
+from eval.errors import EvalError
+from eval.proposer import Proposal, Proposer, TargetFeatures, merge_chains, point_mass_proposal
+from eval.proposers.base import ProposerEntry
 from eval.sampling import SamplingParams
 from heads.lookahead import LookaheadDrafter
 
@@ -88,7 +91,7 @@ class RowState:
     trie_size: int = 0  # verification-branch nodes of the last proposal (the window follows them)
 
 
-class LookaheadProposer:
+class LookaheadProposer(Proposer):
     """Pooled n-grams plus the Jacobi window, one tree per row and step (see the module docstring)."""
 
     target_layer_ids: tuple[int, ...] = ()
@@ -203,3 +206,25 @@ class LookaheadProposer:
         for end in range(max(row.pooled, n - 1), len(context)):
             remember(row.pool, context[end - n + 1], tuple(context[end - n + 2 : end + 1]), self.max_verify_ngrams)
         row.pooled = len(context)
+
+
+def _check(settings, cfg: EvalConfig) -> None:
+    if cfg.tree is not None:
+        raise EvalError(
+            f"eval.tree={cfg.tree}: lookahead decoding builds its own tree from drafter.window_size, ngram_size "
+            "and max_verify_ngrams; set eval.tree=null"
+        )
+
+
+def _build(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> LookaheadProposer:
+    _check(drafter, cfg)
+    return LookaheadProposer(
+        window_size=drafter.window_size,
+        ngram_size=drafter.ngram_size,
+        max_verify_ngrams=drafter.max_verify_ngrams,
+        pool_from_prompt=drafter.pool_from_prompt,
+        vocab_size=vocab_size,
+    )
+
+
+ENTRY = ProposerEntry(build=_build, check=_check)

@@ -18,12 +18,15 @@ from typing import Optional
 
 import torch
 
+from eval.config import EvalConfig
+from eval.errors import EvalError
 from eval.kv_cache import SlotCache
-from eval.proposer import Proposal, TargetFeatures
+from eval.proposer import Proposal, Proposer, TargetFeatures
+from eval.proposers.base import ProposerEntry, check_trained_block
 from eval.sampling import SamplingParams, probs_from_logits, sample
 
 
-class PardProposer:
+class PardProposer(Proposer):
     target_layer_ids: tuple[int, ...] = ()
     tree_depth = None
 
@@ -50,3 +53,16 @@ class PardProposer:
 
     def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
         self.cache.rollback(num_valid)
+
+
+def _build(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> PardProposer:
+    check_trained_block(drafter, cfg)
+    if drafter.config.vocab_size < vocab_size:
+        raise EvalError(
+            f"{path} scores {drafter.config.vocab_size} tokens but the target's tokenizer has {vocab_size}; "
+            "a PARD drafter must share the target's vocabulary"
+        )
+    return PardProposer(drafter.model, vocab_size, drafter.pard_token, drafter.max_draft_tokens)
+
+
+ENTRY = ProposerEntry(build=_build, check=check_trained_block)

@@ -33,7 +33,7 @@ was the first of them, else after), so chains equal arctic's exactly (tested whe
 installed). In a tree, nodes of equal probability are taken in the order they were found; arctic's
 heap order there is unspecified, so trees may differ from arctic's at ties (their scores do not).
 
-Workloads. eval/run.py decodes the same prompts at several γ; a global tree shared across those
+Workloads. eval/measure.py decodes the same prompts at several γ; a global tree shared across those
 passes would let later passes draft the earlier passes' outputs. `begin_workload(name)` selects
 one global tree per name, so each pass (and the warm-up) has its own.
 
@@ -50,7 +50,10 @@ from typing import Optional
 
 import torch
 
-from eval.proposer import Proposal, TargetFeatures, point_mass_proposal
+from eval.config import EvalConfig
+from eval.errors import EvalError
+from eval.proposer import Proposal, Proposer, TargetFeatures, point_mass_proposal
+from eval.proposers.base import ProposerEntry
 from eval.sampling import SamplingParams
 from eval.suffix_tree import Draft, SuffixTree
 from heads.suffix import SuffixDrafter
@@ -74,7 +77,7 @@ class _Row:
     length: int  # tokens of the row's sequence already in its trees (at the start: its prompt)
 
 
-class SuffixProposer:
+class SuffixProposer(Proposer):
     """Chains (vLLM's) or trees (arctic's use_tree_spec) from suffix trees over prompts and earlier outputs.
 
     State: one tree per active row, rebuilt at `reset`, and one global tree per workload name
@@ -176,3 +179,19 @@ class SuffixProposer:
                 if oldest in work.tree:  # an output with no tokens yet never entered the tree
                     work.tree.remove(oldest)
         return _Row(tree, request, len(prompt))
+
+
+def _check(settings, cfg: EvalConfig) -> None:
+    if cfg.tree not in (None, "drafter"):
+        raise EvalError(
+            f"eval.tree={cfg.tree}: suffix decoding drafts chains as vLLM serves them (null) or arctic-inference's "
+            "best-first tree of at most γ nodes (drafter)"
+        )
+
+
+def _build(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> SuffixProposer:
+    _check(drafter, cfg)
+    return SuffixProposer(vocab_size=vocab_size, **drafter.settings(), use_tree_spec=cfg.tree == "drafter")
+
+
+ENTRY = ProposerEntry(build=_build, check=_check)

@@ -1,6 +1,6 @@
 """Proposals from P-EAGLE drafters: a chain of γ tokens from ONE drafter forward, as vLLM drafts them.
 
-The cache rule is EAGLE-3's (eval/eagle_proposer.py): one entry per verified position, features
+The cache rule is EAGLE-3's (eval/proposers/eagle3.py): one entry per verified position, features
 waiting in a per-row buffer until the next `propose`. Each `propose` runs a single `decode` over
 [the waiting verified entries ; γ−1 mask entries] per row: the masks (mask id, fc(mask_hidden))
 sit at the positions after the row's last verified entry (the bonus slot), attend causally to the
@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from eval.eagle_proposer import EagleProposer
+from eval.config import EvalConfig
 from eval.proposer import Proposal
+from eval.proposers.base import ProposerEntry, check_paired, check_trained_block
+from eval.proposers.eagle3 import EagleProposer
 from eval.sampling import SamplingParams, probs_from_logits, sample
 from heads.peagle import PEagleDrafter
 
@@ -60,3 +62,12 @@ class PEagleProposer(EagleProposer):
             return Proposal(logits.argmax(-1), None, draft_forwards=1)
         q = probs_from_logits(logits, params)  # (B, γ, V)
         return Proposal(sample(q, generator), q, draft_forwards=1)
+
+
+def _build(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> PEagleProposer:
+    check_paired(drafter, target, vocab_size, path, "a P-EAGLE")
+    check_trained_block(drafter, cfg)
+    return PEagleProposer(drafter, vocab_size)
+
+
+ENTRY = ProposerEntry(build=_build, check=check_trained_block)

@@ -42,7 +42,10 @@ from typing import Optional
 import numpy as np
 import torch
 
-from eval.proposer import Proposal, TargetFeatures, merge_chains, point_mass_proposal
+from eval.config import EvalConfig
+from eval.errors import EvalError
+from eval.proposer import Proposal, Proposer, TargetFeatures, merge_chains, point_mass_proposal
+from eval.proposers.base import ProposerEntry
 from eval.sampling import SamplingParams
 
 
@@ -126,7 +129,7 @@ def find_ngram_continuations(
     return found
 
 
-class NgramProposer:
+class NgramProposer(Proposer):
     """Chains copied from earlier in each row's own sequence (prompt lookup), as vLLM's `ngram`; or,
     with num_matches > 1, a tree of the continuations of several occurrences (our engine only).
 
@@ -194,3 +197,24 @@ class NgramProposer:
         buf[have : len(sequence)] = sequence[have:]
         self._lengths[row] = len(sequence)
         return buf[: len(sequence)]
+
+
+def _check(settings, cfg: EvalConfig) -> None:
+    if cfg.tree not in (None, "drafter"):
+        raise EvalError(
+            f"eval.tree={cfg.tree}: prompt lookup drafts chains (null) or a tree of drafter.num_matches matches "
+            "(drafter)"
+        )
+
+
+def _build(drafter, *, target, vocab_size: int, cfg: EvalConfig, path) -> NgramProposer:
+    _check(drafter, cfg)
+    return NgramProposer(
+        prompt_lookup_min=drafter.prompt_lookup_min,
+        prompt_lookup_max=drafter.prompt_lookup_max,
+        vocab_size=vocab_size,
+        num_matches=drafter.num_matches if cfg.tree == "drafter" else 1,
+    )
+
+
+ENTRY = ProposerEntry(build=_build, check=_check)

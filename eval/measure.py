@@ -1,0 +1,125 @@
+"""The measurement: autoregressive and speculative decodes of the same prompts, interleaved, and their spreads.
+
+Each batch is decoded autoregressively, then speculatively at every γ, then autoregressively again: machine
+noise hits every side alike, and the gap between the two baseline runs says how noisy the machine was
+(eval/timing.py). The report is computed from what this returns (eval/report.py: build_report).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from tqdm.auto import tqdm
+
+from eval.config import EvalConfig
+from eval.metrics import Tally
+from eval.proposer import Proposer
+from eval.sampling import SamplingParams
+from eval.speculative import Acceptance, autoregressive_generate, speculative_generate
+from eval.static_engine import Engine
+from eval.timing import speedup_spread
+
+
+@dataclass
+class Measurements:
+    prompts: list[list[int]]  # the measured prompts (not the warm-up's)
+    gammas: list[int]  # the γ values decoded (one for a tree: its shape is the tree)
+    tree_depth: Optional[int]  # the proposer's; None = chains
+    ar: Tally  # both baseline repeats (the speed-up's denominator); outputs: the first repeat's
+    spec: dict[int, Tally]  # per γ
+    base_runs: tuple[list, list]  # per batch, (tokens, seconds) of the baseline before / after the speculative runs
+    spreads: dict[int, dict]  # per γ, the speed-up's spread over batches (eval/timing.py)
+    device: torch.device
+
+
+def measure(
+    target,
+    proposer: Proposer,
+    engine: Engine,
+    cfg: EvalConfig,
+    gammas: list[int],
+    warmup: list[list[int]],
+    prompts: list[list[int]],
+    eos_ids: set[int],
+    vocab_size: int,
+    *,
+    progress: bool = True,
+) -> Measurements:
+    """Decode the warm-up prompts untimed, then every batch of `prompts` interleaved (see the module's doc)."""
+    device = next(target.parameters()).device
+    params = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k)
+    acceptance = Acceptance(cfg.acceptance, cfg.typical_threshold, cfg.typical_alpha)
+    generator = torch.Generator(device=device).manual_seed(cfg.seed)
+    depth = proposer.tree_depth
+
+    def run_ar(batch):
+        return autoregressive_generate(
+            target,
+            batch,
+            cfg.max_new_tokens,
+            params,
+            eos_ids=eos_ids,
+            vocab_size=vocab_size,
+            generator=generator,
+            engine=engine,
+        )
+
+    def run_spec(batch, gamma):
+        return speculative_generate(
+            target,
+            proposer,
+            batch,
+            cfg.max_new_tokens,
+            gamma,
+            params,
+            eos_ids=eos_ids,
+            vocab_size=vocab_size,
+            generator=generator,
+            acceptance=acceptance,
+            engine=engine,
+        )
+
+    # A proposer that learns across requests (suffix decoding) keeps one memory per workload: the warm-up
+    # and each γ pass decode the same prompts, and must not draft from one another's outputs.
+    proposer.begin_workload("warmup")
+    for p in warmup:  # untimed
+        run_ar([p]), [run_spec([p], g) for g in gammas]
+
+    ar = Tally()
+    spec = {g: Tally() for g in gammas}
+    base_runs: tuple[list, list] = ([], [])
+    spec_runs: dict[int, list] = {g: [] for g in gammas}  # per batch, (tokens, seconds) at γ
+    bar = tqdm(total=len(prompts) * (2 + len(gammas)), desc="eval", unit="decode", disable=not progress)
+    for start in range(0, len(prompts), cfg.batch_size):  # interleaved, so machine noise hits every side alike
+        batch = prompts[start : start + cfg.batch_size]
+        for repeat in (0, 1):  # the baseline before and after the speculative runs: their gap says how noisy
+            if repeat:
+                for g in gammas:
+                    proposer.begin_workload(f"gamma={g}")
+                    t0 = time.perf_counter()
+                    out, stats = run_spec(batch, g)
+                    spec_runs[g].append((sum(map(len, out)), time.perf_counter() - t0))
+                    spec[g].stats.add(stats)
+                    spec[g].equal_rows += sum(o == a for o, a in zip(out, ar.outputs[start:]))
+                    spec[g].outputs += out
+                    bar.set_postfix_str(f"γ={g}" if depth is None else "tree", refresh=False)
+                    bar.update(len(batch))
+            t0 = time.perf_counter()
+            ar_out = run_ar(batch)
+            base_runs[repeat].append((sum(map(len, ar_out)), time.perf_counter() - t0))
+            if not repeat:
+                ar.outputs += ar_out
+            bar.update(len(batch))
+    bar.close()
+    base_tokens = [a + b for (a, _), (b, _) in zip(*base_runs)]
+    base_seconds = [a + b for (_, a), (_, b) in zip(*base_runs)]
+    ar.tokens, ar.seconds = sum(base_tokens), sum(base_seconds)
+    spreads = {}
+    for g in gammas:
+        spec[g].tokens, spec[g].seconds = (sum(col) for col in zip(*spec_runs[g]))
+        tokens, seconds = zip(*spec_runs[g])
+        spreads[g] = speedup_spread(list(tokens), list(seconds), base_tokens, base_seconds)
+    return Measurements(prompts, gammas, depth, ar, spec, base_runs, spreads, device)
