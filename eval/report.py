@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -20,14 +19,7 @@ from eval.static_engine import Engine
 from eval.timing import repeat_drift, timing_verdict
 from heads.card import speed_warnings, speedup_text, timing_device
 from heads.formats.fingerprint import SAMPLES_FILE
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    """Temporary sibling (the writer's own name, so concurrent writers never collide), then rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
+from heads.formats.staging import atomic_write_text
 
 SAMPLES = SAMPLES_FILE  # also a provenance file of exports (bound by the report)
 
@@ -108,12 +100,12 @@ def write_report(out_dir: str | Path, report: dict, samples_text: str) -> None:
     """Write all eval artifacts into out_dir; eval_report.json last, as the completion marker."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_text(out / SAMPLES, samples_text)
+    atomic_write_text(out / SAMPLES, samples_text)
     plot_acceptance(out / "acceptance.png", report["per_position_acceptance"])
     if report["gamma_sweep"]:
         plot_sweep(out / "gamma_sweep.png", report["gamma_sweep"])
-    _atomic_text(out / "report.md", render_markdown(report))
-    _atomic_text(out / "eval_report.json", json.dumps(report, indent=2))
+    atomic_write_text(out / "report.md", render_markdown(report))
+    atomic_write_text(out / "eval_report.json", json.dumps(report, indent=2))
 
 
 def _fmt(x, spec=".3f"):

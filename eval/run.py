@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from eval.config import EvalConfig
+from eval.config import SERVING_ENGINES, EvalConfig
 from eval.errors import EvalError
 from eval.measure import measure
 from eval.prompts import OVERLONG
@@ -56,8 +56,8 @@ def check_settings(cfg: EvalConfig) -> None:
         raise EvalError(f"eval.dynamic_tree needs depth, top_k and total_tokens ≥ 1, got {t}")
     if cfg.batch_size < 1:
         raise EvalError("eval.batch_size must be ≥ 1")
-    if cfg.serve not in (None, "vllm"):
-        raise EvalError(f"eval.serve={cfg.serve!r} is not a serving engine; use vllm or null")
+    if cfg.serve is not None and cfg.serve not in SERVING_ENGINES:
+        raise EvalError(f"eval.serve={cfg.serve!r} is not a serving engine; use one of {list(SERVING_ENGINES)} or null")
     if cfg.serve and (cfg.temperature > 0 or cfg.acceptance != "exact"):
         raise EvalError(
             "eval.serve=vllm compares greedy decoding token for token; "

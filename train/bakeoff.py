@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from distill.run import distill
 from eval.report import pyplot, save_figure
-from eval.served import vllm_missing_reason
+from eval.serving import missing_reason
 from heads.card import served_tau_text, speedup_text
 from heads.families import get_family
 from heads.formats.staging import atomic_write_text
@@ -65,9 +65,9 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> di
     evaluated on the first workload, is published there: a registry whose leaderboard is the bake-off.
     """
     cfg = OmegaConf.to_object(dict_config)
-    serve = "vllm" if cfg.bakeoff.serve == "auto" and vllm_missing_reason() is None else None
+    serve = "vllm" if cfg.bakeoff.serve == "auto" and missing_reason("vllm") is None else None
     if cfg.bakeoff.serve == "auto" and serve is None:
-        print(f"bake-off: no served check ({vllm_missing_reason()})")
+        print(f"bake-off: no served check ({missing_reason('vllm')})")
     distill(cfg.target, cfg.data, root / "data", device)  # once, for every contender
     workloads = {cfg.bakeoff.workload: [], **cfg.bakeoff.workloads}
     rows: dict[str, list] = {name: [] for name in workloads}

@@ -1,6 +1,6 @@
 """The proposer table: how a loaded drafter of each family becomes the engine's `Proposer`.
 
-`load_proposer` reads an export directory: the family table (heads/families.py) says which
+`load_proposer` reads an export directory: the family table (heads/families/) says which
 family wrote it and loads it; this table builds the proposer the eval settings ask for (chains or
 trees) and checks those settings against the family, also up front (`check_eval_settings`),
 before any stage runs. Each family's row lives beside its proposer, in eval/proposers/<kind>.py.
@@ -15,7 +15,7 @@ import torch
 from eval.config import EvalConfig
 from eval.errors import EvalError
 from eval.proposer import Proposer
-from eval.proposers import dflash, draft_lm, eagle3, lookahead, medusa, ngram, pard, peagle, suffix
+from eval.proposers import dflash, draft_lm, eagle1, eagle3, layer_skip, lookahead, medusa, ngram, pard, peagle, suffix
 from eval.proposers.base import ProposerEntry
 from eval.run import check_settings
 from heads.families import family_of_export
@@ -26,10 +26,10 @@ PROPOSERS: dict[str, ProposerEntry] = {
     "pard": pard.ENTRY,
     "medusa": medusa.ENTRY,
     "eagle3": eagle3.ENTRY,
-    "eagle1": eagle3.ENTRY,  # one proposer for both EAGLEs: the same decode contract
+    "eagle1": eagle1.ENTRY,
     "peagle": peagle.ENTRY,
     "ngram": ngram.ENTRY,
-    "layer_skip": draft_lm.ENTRY,  # the export is a draft LM
+    "layer_skip": layer_skip.ENTRY,
     "lookahead": lookahead.ENTRY,
     "suffix": suffix.ENTRY,
     "dflash": dflash.ENTRY,
@@ -66,7 +66,7 @@ def load_proposer(
     if not _reads(family.signals, proposer.target_layer_ids):
         raise EvalError(
             f"the {family.kind} proposer reads target layers {proposer.target_layer_ids}, but the family table "
-            f"declares signals={family.signals!r}; fix heads/families.py or eval/proposers/"
+            f"declares signals={family.signals!r}; fix heads/families/ or eval/proposers/"
         )
     return proposer, family.kind
 

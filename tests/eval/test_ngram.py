@@ -189,7 +189,7 @@ def test_counting_with_empty_proposals(target, tokenizer, prompt_ids):
     tally = Tally(stats=stats, seconds=1.0, tokens=sum(map(len, out)))
     figures = decode_figures(tally, Tally(seconds=1.0, tokens=22), 3, is_chain=True)
     assert figures["alpha"] == 6 / 8 and figures["drafting_steps"] == 3
-    # What eval/served.py compares with vLLM's 1 + accepted / num_drafts:
+    # What eval/serving/ compares with vLLM's 1 + accepted / num_drafts:
     assert 1 + sum(figures["per_position_acceptance"]) == pytest.approx(1 + 6 / 3)
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from eval.served import vllm_missing_reason
+from eval.serving.vllm import missing_reason as vllm_missing_reason
 
 
 def pytest_collection_modifyitems(config, items):

@@ -6,7 +6,8 @@ import torch
 from eval.config import EvalConfig
 from eval.proposers import load_proposer
 from eval.run import evaluate
-from eval.served import served_figures, served_hook, verdict
+from eval.serving import served_hook
+from eval.serving.base import served_figures, verdict
 from heads.config import DraftLMConfig, MedusaConfig, SuffixConfig
 from heads.draft_lm import DraftLM
 from heads.families import FAMILIES, family_of_export, write_provenance

@@ -5,7 +5,7 @@ import torch
 
 from eval.proposers import load_proposer
 from eval.run import evaluate
-from eval.served import served_hook
+from eval.serving import served_hook
 from heads.config import PardConfig
 from heads.pard import PardDrafter
 from tests.eval.fitting import fit, sampled_text

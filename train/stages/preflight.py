@@ -10,7 +10,7 @@ from distill.config import DATA_SOURCES
 from distill.errors import DistillError
 from distill.target import resolve_target
 from eval.proposers import check_eval_settings
-from eval.served import vllm_missing_reason
+from eval.serving import missing_reason
 from eval.vocabulary import tokenizer_matches
 from heads.families import get_family
 from train.config import STAGES, RunConfig
@@ -55,8 +55,8 @@ def check_run(cfg: RunConfig) -> None:
             f"bakeoff.overrides has {unknown}, which are not contenders; "
             f"use 'all' or one of bakeoff.recipes={cfg.bakeoff.recipes}"
         )
-    if cfg.eval.serve and not cfg.dry_run and vllm_missing_reason():  # a plan needs no engine
-        raise PipelineError(f"eval.serve=vllm: {vllm_missing_reason()}, or set eval.serve=null")
+    if cfg.eval.serve and not cfg.dry_run and missing_reason(cfg.eval.serve):  # a plan needs no engine
+        raise PipelineError(f"eval.serve={cfg.eval.serve}: {missing_reason(cfg.eval.serve)}, or set eval.serve=null")
     if cfg.eval.serve and family.not_served(cfg.eval.serve):
         raise PipelineError(f"eval.serve={cfg.eval.serve}: {family.not_served(cfg.eval.serve)}; set eval.serve=null")
 

