@@ -145,6 +145,7 @@ def test_local_hub_round_trips_versions_and_lists_best_first(tmp_path, target, t
         "engine": "vllm",
         "version": "0.32.0",
         "tau": 3.05,
+        "ours_tau": 2.5,  # drafthub's own, counted as vLLM counts: what the served τ stands beside
         "verdict": "ok",
         "speedup": None,  # that served check measured acceptance only
     }
