@@ -114,12 +114,19 @@ def measure(
                 ar.outputs += ar_out
             bar.update(len(batch))
     bar.close()
+    spreads = _totals(ar, spec, base_runs, spec_runs)
+    return Measurements(prompts, gammas, depth, ar, spec, base_runs, spreads, device)
+
+
+def _totals(ar: Tally, spec: dict[int, Tally], base_runs: tuple[list, list], spec_runs: dict[int, list]) -> dict:
+    """Fill each tally's tokens and seconds from its per-batch runs (the baseline's: both repeats); return the
+    speed-up's spread over batches per γ."""
     base_tokens = [a + b for (a, _), (b, _) in zip(*base_runs)]
     base_seconds = [a + b for (_, a), (_, b) in zip(*base_runs)]
     ar.tokens, ar.seconds = sum(base_tokens), sum(base_seconds)
     spreads = {}
-    for g in gammas:
-        spec[g].tokens, spec[g].seconds = (sum(col) for col in zip(*spec_runs[g]))
-        tokens, seconds = zip(*spec_runs[g])
+    for g, runs in spec_runs.items():
+        tokens, seconds = zip(*runs)
+        spec[g].tokens, spec[g].seconds = sum(tokens), sum(seconds)
         spreads[g] = speedup_spread(list(tokens), list(seconds), base_tokens, base_seconds)
-    return Measurements(prompts, gammas, depth, ar, spec, base_runs, spreads, device)
+    return spreads
