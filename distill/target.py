@@ -30,12 +30,14 @@ def toyworld_prompts(name_or_path: str, split: str):
     """The toy world's prompt file for `split`, or None when the target is not a toy world."""
     if not name_or_path.startswith(TOYWORLD_PREFIX):
         return None
-    from distill.toyworld import load_world
-    from distill.toyworld.build import SPLITS
+    from distill.toyworld import SIZES, load_world
+    from distill.toyworld.build import SPLITS, world_splits
 
-    if split not in SPLITS:
-        raise DistillError(f"the toy world has prompt splits {list(SPLITS)}, not {split!r}; set data.split")
-    return load_world(name_or_path[len(TOYWORLD_PREFIX) :]).prompts_file(split)
+    size = name_or_path[len(TOYWORLD_PREFIX) :]
+    splits = world_splits(SIZES[size]) if size in SIZES else SPLITS  # known before the world is built
+    if split not in splits:
+        raise DistillError(f"the toy world {size} has prompt splits {list(splits)}, not {split!r}; set data.split")
+    return load_world(size).prompts_file(split)
 
 
 def toyworld_corpus(name_or_path: str) -> list[str] | None:

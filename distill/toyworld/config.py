@@ -1,4 +1,5 @@
-"""Sizes of the toy world. `micro` is for tests (about a minute), `toy` for the main job."""
+"""Sizes of the toy world. `micro` is for tests (seconds to build), `toy` for the main job and the benchmarks, `chat`
+its successor in progress (chat task kinds, a 1,024-token context)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,24 @@ class WorldConfig:
     num_chat_docs: int  # chat documents built from the train files for target training
     num_prompts: int  # held-out prompts written for eval
     num_train_prompts: int  # train-split prompts written for distill (nested: the first N are the same for any count)
+    # chat task kinds (distill/toyworld/tasks.py KINDS), each also a held-out workload split; () = short code
+    # continuations only (the micro world's, kept tiny for the tests)
+    tasks: tuple[str, ...] = ()
+    workload_prompts: int = 0  # held-out prompts per task kind (its workload split)
+    max_answer_tokens: int = 0  # a task's answer is at most this long (0 = no bound)
+    bf16: bool = False  # train the target under bf16 autocast (AMX/AVX-512 CPUs and GPUs: ~1.4x faster)
     seed: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def key_fields(self) -> dict:
+        """The fields that say what a build produces: a field added later counts only where it differs from its
+        default, so a new knob does not invalidate the worlds already cached (the toy world takes ~18 min)."""
+        return {k: v for k, v in self.as_dict().items() if k not in _ADDED or v != _ADDED[k]}
+
+
+_ADDED = {"tasks": (), "workload_prompts": 0, "max_answer_tokens": 0, "bf16": False}  # fields after builder v2
 
 
 MICRO = WorldConfig(
@@ -64,4 +79,29 @@ TOY = WorldConfig(
     num_train_prompts=4096,  # the data-scaling benchmark's largest size; recipes take data.max_prompts of them
 )
 
-SIZES = {c.name: c for c in (MICRO, TOY)}
+# In progress (issue 37): the toy world's successor, not yet the main job's. A 1,024-token context and chat tasks
+# of four kinds, each a held-out workload. Trained like this (800 steps, ~3.3 M tokens) it does not copy yet:
+# scripts/bench_toy_world.py measures it, the README's toy-world section says what was tried.
+CHAT = WorldConfig(
+    name="chat",
+    corpus_bytes=1_500_000,
+    vocab_size=2048,
+    hidden_size=256,
+    intermediate_size=704,
+    num_hidden_layers=8,
+    num_attention_heads=4,  # head_dim 64
+    seq_len=1024,  # its whole context: long-context prompts and 256-token answers are trained at full length
+    batch_size=8,
+    train_steps=800,
+    lr=3e-3,
+    chat_fraction=0.75,
+    num_chat_docs=12000,
+    num_prompts=256,  # the mixed held-out split: the task kinds in turn
+    num_train_prompts=4096,
+    tasks=("completion", "edit", "long_context", "multi_turn"),
+    workload_prompts=64,
+    max_answer_tokens=256,
+    bf16=True,
+)
+
+SIZES = {c.name: c for c in (MICRO, TOY, CHAT)}

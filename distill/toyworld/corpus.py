@@ -101,16 +101,16 @@ def chat_documents(
     return docs
 
 
-def repeated_requests(docs: list[list[dict]], block: int = 16) -> list[list[dict]]:
-    """The repeated-requests workload: every `block` held-out conversations, then the same ones again.
+def repeated_requests(rows: list, block: int = 16) -> list:
+    """The repeated-requests workload: every `block` held-out rows (conversations), then the same ones again.
 
     Agents and pipelines re-send near-identical requests; a drafter that remembers earlier outputs
     (suffix decoding's global tree) drafts the repeats whole, while prompt lookup, which reads only
-    the request itself, gains nothing. (A "repeat this code" workload would need a target that
-    copies from its prompt; the toy target, trained briefly on continuation only, does not.)
+    the request itself, gains nothing. (Copying from the prompt itself is the `edit` task kind's
+    workload: distill/toyworld/tasks.py.)
     """
     out = []
-    for start in range(0, len(docs), block):
-        chunk = docs[start : start + block]
+    for start in range(0, len(rows), block):
+        chunk = rows[start : start + block]
         out += chunk + chunk
     return out

@@ -52,7 +52,8 @@ def train_target(
     code_stream: torch.Tensor,
     chat_stream: torch.Tensor,
 ) -> dict:
-    """Next-token training on random windows of the code and chat token streams."""
+    """Next-token training on random windows of the code and chat token streams (weights and optimizer in fp32;
+    cfg.bf16: the matmuls under bf16 autocast)."""
     gen = torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.95))
     warmup = max(1, cfg.train_steps // 20)
@@ -71,7 +72,8 @@ def train_target(
                 _windows(chat_stream, n_chat, cfg.seq_len, gen),
             ]
         )
-        loss = model(input_ids=batch, labels=batch).loss
+        with torch.autocast(batch.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+            loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
