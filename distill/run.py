@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import itertools
 import json
 import time
 from collections import Counter
@@ -403,11 +402,9 @@ def _answers(examples: list[dict], sampler, seed: int, tokenizer, max_prompt_tok
     one per turn of a `turns` row, answered turn by turn as MT-Bench and Spec-Bench answer them: each turn's prompt
     holds the target's own answers to the turns before. A later turn longer than max_prompt_tokens (or refused by
     the chat template) ends its conversation there."""
-    out = []
+    out, turn = [], 0
     pending = [(position, ex["prompt_ids"], ex.get("messages")) for position, ex in enumerate(examples)]
-    for turn in itertools.count():
-        if not pending:
-            break
+    while pending:
         answers = sampler.sample([ids for _, ids, _ in pending], seed=seed + turn * 100_003)  # turn 0: seed
         later = []
         for (position, ids, messages), (completion, reason) in zip(pending, answers):
@@ -422,7 +419,7 @@ def _answers(examples: list[dict], sampler, seed: int, tokenizer, max_prompt_tok
                 continue
             if len(ids) <= max_prompt_tokens:
                 later.append((position, ids, messages if more else None))
-        pending = later
+        pending, turn = later, turn + 1
     return sorted(out, key=lambda answer: answer[0])  # stable: a row's turns stay in order
 
 

@@ -217,6 +217,12 @@ CASES = [
         "eval_prompts_column=turns names a column of eval_prompts, which is not set; set eval_prompts=",
     ),
     (
+        "an eval prompts column that does not exist, before distillation",
+        "train",
+        [*TRAIN, "stages=[distill,train,eval]", "eval_prompts={f}/ok.jsonl", "eval_prompts_column=question"],
+        "ok.jsonl:1: no field 'question', only ['messages']; set eval_prompts_column to the one holding the prompts",
+    ),
+    (
         "eval against a target with only pytorch_model.bin",
         "eval",
         ["drafter_dir={f}/real-draft", "prompts={f}/ok.jsonl", "out_dir={t}/out"]

@@ -87,8 +87,11 @@ def _data_source(cfg: RunConfig) -> EvalSource:
 
 
 def check_eval_source(cfg: RunConfig) -> None:
-    """Preflight: the eval source exists, has the split, and leaves room for the prompts eval decodes."""
+    """Preflight: the eval source exists, has the split, and leaves room for the prompts eval decodes; a local
+    eval_prompts file or directory is read, so that a bad row or column fails now rather than after training."""
     src = eval_source(cfg)
+    if cfg.eval_prompts and Path(cfg.eval_prompts).expanduser().exists():
+        eval_conversations(cfg, 0)
     wanted = cfg.eval.num_prompts + cfg.eval.warmup_prompts
     if src.holdout and cfg.data.holdout < wanted:
         raise PipelineError(
