@@ -20,6 +20,29 @@ def prompt_messages(messages: list[dict]) -> list[dict]:
     return messages[:end]
 
 
+def owes_answer(message: dict) -> bool:
+    """An assistant turn the target writes itself: content None. A `turns` row (distill/prompts.py) owes one
+    between each two of its user turns, answered turn by turn, as MT-Bench and Spec-Bench answer them."""
+    return message["role"] == "assistant" and message.get("content") is None
+
+
+def pending_turn(messages: list[dict]) -> tuple[list[dict], bool]:
+    """The prompt the target answers next, and whether the conversation owes more answers after it: the messages
+    before its first owed answer, else the conversation without its trailing assistant turns (prompt_messages).
+
+    The same rule as eval.prompts.pending_turn; tests/eval/test_prompts.py holds the two equal."""
+    for i, m in enumerate(messages):
+        if owes_answer(m):
+            return messages[:i], True
+    return prompt_messages(messages), False
+
+
+def answered(messages: list[dict], text: str) -> list[dict]:
+    """The conversation with its first owed answer written: `text`, the target's answer to the turn before it."""
+    i = next(i for i, m in enumerate(messages) if owes_answer(m))
+    return [*messages[:i], {"role": "assistant", "content": text}, *messages[i + 1 :]]
+
+
 def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
     """Token ids of `messages` followed by the template's assistant generation prompt."""
     return list(

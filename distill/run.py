@@ -16,7 +16,7 @@ from pathlib import Path
 from jinja2.exceptions import TemplateError
 from tqdm.auto import tqdm
 
-from distill.chat import encode_chat, encode_prompt, prompt_messages, tokenizer_hash
+from distill.chat import answered, encode_chat, encode_prompt, owes_answer, pending_turn, tokenizer_hash
 from distill.config import DATA_SOURCES, DataConfig, PromptSource, TargetConfig, output_settings
 from distill.corpus_windows import conversation_text, corpus_examples
 from distill.errors import DistillError
@@ -126,7 +126,8 @@ def distill(
     try:
         with tqdm(total=sum(len(shards[i]) for i in mine), initial=already, desc="distill", unit="prompt") as bar:
             for i in todo:
-                writer.write(i, _shard_rows(shards[i], sampler, seed=data.sampling.seed * 1_000_003 + i))
+                seed = data.sampling.seed * 1_000_003 + i
+                writer.write(i, _shard_rows(shards[i], sampler, seed, tokenizer, data.max_prompt_tokens))
                 bar.update(len(shards[i]))
     finally:
         if sampler is not None:
@@ -178,11 +179,18 @@ def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[di
     """The prompts of data.prompts and data.mix, encoded; why others were dropped ({reason: count}); the positions
     in data.prompts of the held-out slice left out for eval (distill/heldout.py)."""
     examples, dropped, offset, heldout = [], Counter(), 0, []
-    for number, source in enumerate([PromptSource(data.prompts, data.split, data.max_prompts), *data.mix]):
+    first = PromptSource(data.prompts, data.split, data.max_prompts, data.prompts_column)
+    for number, source in enumerate([first, *data.mix]):
         if not source.prompts:
             raise DistillError("every data.mix entry needs prompts=<file, dataset directory or HF dataset name>")
+        mix = f"data.mix[{number - 1}]"  # its settings, named in messages
+        keys = {} if number == 0 else {"prompts_key": f"{mix}.prompts", "split_key": f"{mix}.split"}
         conversations = load_conversations(
-            source.prompts, source.split, toyworld_prompts(target.name_or_path, source.split)
+            source.prompts,
+            source.split,
+            toyworld_prompts(target.name_or_path, source.split),
+            column=source.prompts_column,
+            **keys,
         )
         held = set()  # the held-out slice of data.prompts: never distilled (eval measures it)
         if number == 0 and holdout_active(data.prompts, data.holdout):
@@ -221,7 +229,8 @@ def _corpus(target: TargetConfig, data: DataConfig, tokenizer) -> list[dict]:
     """data.source=corpus: raw-text windows, every token a loss position (padding aside)."""
     texts = toyworld_corpus(target.name_or_path)
     if texts is None:
-        texts = [conversation_text(c) for c in load_conversations(data.prompts, data.split, None)]
+        conversations = load_conversations(data.prompts, data.split, None, column=data.prompts_column)
+        texts = [conversation_text(c) for c in conversations]
     examples = corpus_examples(texts, tokenizer, data.corpus_window, data.max_prompts, data.sampling.seed)
     return [ex | {"finish_reason": "corpus"} for ex in examples]
 
@@ -346,18 +355,28 @@ def _encode(
 
 
 def _example(tokenizer, messages: list[dict], index: int, regenerate: bool) -> dict | None:
-    """One conversation's prompt ids (and, keeping the dataset's answers, its ids and loss mask); None: no user turn."""
+    """One conversation's prompt ids (and, keeping the dataset's answers, its ids and loss mask); None: no user turn.
+
+    A conversation that owes the target's answers (a `turns` row) keeps its messages: its later turns are encoded
+    once the target has answered the earlier ones (_answers)."""
     if regenerate:
-        prompt = prompt_messages(messages)
+        prompt, more = pending_turn(messages)
         if not any(m["role"] == "user" for m in prompt):
             return None
-        return {"prompt_index": index, "prompt_ids": encode_prompt(tokenizer, prompt)}
+        return {"prompt_index": index, "prompt_ids": encode_prompt(tokenizer, prompt)} | (
+            {"messages": messages} if more else {}
+        )
+    if any(owes_answer(m) for m in messages):
+        raise DistillError(
+            f"prompt {index} is a `turns` row, which holds no answers to keep (data.regenerate=false); set "
+            "data.regenerate=true so that the target answers its turns"
+        )
     ids, mask = encode_chat(tokenizer, messages)
     first = mask.index(1) if 1 in mask else len(mask)
     return {"prompt_index": index, "prompt_ids": ids[:first], "input_ids": ids, "loss_mask": mask}
 
 
-def _shard_rows(examples: list[dict], sampler, seed: int) -> dict[str, list]:
+def _shard_rows(examples: list[dict], sampler, seed: int, tokenizer, max_prompt_tokens: int) -> dict[str, list]:
     rows = {"prompt_index": [], "input_ids": [], "loss_mask": [], "prompt_length": [], "finish_reason": []}
     if sampler is None:  # keep the dataset's own answers, masked by the chat template
         for ex in examples:
@@ -367,10 +386,8 @@ def _shard_rows(examples: list[dict], sampler, seed: int) -> dict[str, list]:
             rows["prompt_length"].append(len(ex["prompt_ids"]))
             rows["finish_reason"].append(ex.get("finish_reason", "dataset"))
         return rows
-    answers = sampler.sample([ex["prompt_ids"] for ex in examples], seed=seed)
-    for ex, (completion, reason) in zip(examples, answers):
-        prompt = ex["prompt_ids"]
-        rows["prompt_index"].append(ex["prompt_index"])
+    for position, prompt, completion, reason in _answers(examples, sampler, seed, tokenizer, max_prompt_tokens):
+        rows["prompt_index"].append(examples[position]["prompt_index"])
         rows["input_ids"].append(prompt + completion)
         # The generation prompt ends the template's prefix, so every generated token (and the
         # end-of-turn token) is inside the assistant span the template's markers would mark.
@@ -378,6 +395,32 @@ def _shard_rows(examples: list[dict], sampler, seed: int) -> dict[str, list]:
         rows["prompt_length"].append(len(prompt))
         rows["finish_reason"].append(reason)
     return rows
+
+
+def _answers(examples: list[dict], sampler, seed: int, tokenizer, max_prompt_tokens: int) -> list[tuple]:
+    """(example position, prompt ids, answer ids, finish reason) per answer, in example order: one per prompt, and
+    one per turn of a `turns` row, answered turn by turn as MT-Bench and Spec-Bench answer them: each turn's prompt
+    holds the target's own answers to the turns before. A later turn longer than max_prompt_tokens (or refused by
+    the chat template) ends its conversation there."""
+    out, turn = [], 0
+    pending = [(position, ex["prompt_ids"], ex.get("messages")) for position, ex in enumerate(examples)]
+    while pending:
+        answers = sampler.sample([ids for _, ids, _ in pending], seed=seed + turn * 100_003)  # turn 0: seed
+        later = []
+        for (position, ids, messages), (completion, reason) in zip(pending, answers):
+            out.append((position, ids, completion, reason))
+            if messages is None:
+                continue
+            messages = answered(messages, tokenizer.decode(completion, skip_special_tokens=True))
+            prompt, more = pending_turn(messages)
+            try:
+                ids = encode_prompt(tokenizer, prompt)
+            except TemplateError:
+                continue
+            if len(ids) <= max_prompt_tokens:
+                later.append((position, ids, messages if more else None))
+        pending, turn = later, turn + 1
+    return sorted(out, key=lambda answer: answer[0])  # stable: a row's turns stay in order
 
 
 def _write_manifest(out_dir, target, data, tokenizer, *, digest, num_shards, dropped, heldout, seconds) -> dict:

@@ -3,8 +3,9 @@
 Measures an exported drafter directory (any family in heads/families/) against its target (read from the
 drafter's drafthub.json unless given) and writes eval_report.json, eval_samples.jsonl and report.md into out_dir;
 the drafter directory is written only with record=true. Prompts are read as distillation reads them
-(distill/prompts.py: JSONL, JSON, parquet, dataset directories, Hub names, ShareGPT) and templated exactly as the
-pipeline's eval stage templates them (eval/prompts.py).
+(distill/prompts.py: JSONL, JSON, parquet, dataset directories, Hub names; messages, ShareGPT, turns, prompt) and
+templated exactly as the pipeline's eval stage templates them (eval/prompts.py): a `turns` row is measured turn by
+turn, each turn's prompt holding the target's own answers to the turns before.
 """
 
 from __future__ import annotations
@@ -28,9 +29,13 @@ from heads.card import speed_warnings
 @dataclass
 class EvalAppConfig:
     drafter_dir: str = MISSING  # exported drafter directory (a run's drafter/, in its family's serving format)
-    # conversations ({"messages": [...]} or ShareGPT): a .jsonl/.json/.parquet file, a dataset directory, a Hub name
+    # conversations ({"messages": [...]}, ShareGPT, {"turns": [...]}, {"prompt": "..."}): a .jsonl(.gz)/.json/.parquet
+    # file, a dataset directory, a Hub name
     prompts: str = MISSING
     split: Optional[str] = None  # the dataset split to read; None = its only split (a file has none)
+    # the column holding the prompts, read by what it holds (a string, a list of strings = turns, messages,
+    # ShareGPT turns); None = the first of messages, conversations, turns, prompt
+    prompts_column: Optional[str] = None
     out_dir: str = MISSING  # where the report goes
     target_path: Optional[str] = None  # target name or path; None = the one in drafter/drafthub.json
     device: str = "auto"  # auto | cpu | cuda | cuda:N
@@ -177,10 +182,10 @@ def _summarize(report: dict) -> None:
 @explained
 def main(cfg) -> None:
     from distill.errors import DistillError
-    from distill.prompts import load_conversations
+    from distill.prompts import read_prompts
     from distill.target import eos_token_ids
     from eval.measure_export import measure_export
-    from eval.prompts import prompt_ids, prompt_room
+    from eval.prompts import measured_prompts, prompt_room, target_answers
     from eval.proposers import load_proposer
     from heads.errors import HeadsError
     from heads.families import family_of_export
@@ -191,26 +196,35 @@ def main(cfg) -> None:
         drafter = Path(app.drafter_dir)
         if not drafter.is_dir():
             raise EvalError(f"drafter_dir={drafter} is not a directory; pass an exported drafter directory")
-        conversations = load_conversations(app.prompts, app.split, prompts_key="prompts", split_key="split")
+        rows = read_prompts(app.prompts, app.split, column=app.prompts_column, prompts_key="prompts", split_key="split")
         family_of_export(drafter)  # a directory no family reads is refused before the target loads
         target_name = app.target_path or _target_of(drafter)
         tokenizer, target = _load_target(app, drafter, target_name)
         proposer, kind = load_proposer(drafter, target, len(tokenizer), app.eval, target.device)
         limit, room = app.eval.num_prompts + app.eval.warmup_prompts, prompt_room(target, proposer, app.eval)
-        prompts = prompt_ids(conversations, tokenizer, limit=limit, max_len=room, overlong=app.eval.overlong_prompts)
+        eos_ids, vocab_size = eos_token_ids(target, tokenizer), len(tokenizer)
+        prompts = measured_prompts(
+            rows.conversations,
+            tokenizer,
+            limit=limit,
+            max_len=room,
+            overlong=app.eval.overlong_prompts,
+            categories=rows.categories,
+            answer=target_answers(target, app.eval, eos_ids=eos_ids, vocab_size=vocab_size),
+        )
         names = _names(drafter, target_name, kind, tokenizer)
-        eos_ids = eos_token_ids(target, tokenizer)
         report = measure_export(
             target,
             proposer,
             drafter,
-            prompts,
+            prompts.ids,
             app.eval,
             names,
-            vocab_size=len(tokenizer),
+            vocab_size=vocab_size,
             eos_ids=eos_ids,
             out_dir=app.out_dir,
             trust_remote_code=app.trust_remote_code,
+            categories=prompts.categories,
         )
         if app.record:
             _record(drafter, report, Path(app.out_dir), target_name, app.target_path is None)

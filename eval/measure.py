@@ -8,7 +8,7 @@ noise hits every side alike, and the gap between the two baseline runs says how 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -18,7 +18,7 @@ from eval.config import EvalConfig
 from eval.metrics import Tally
 from eval.proposer import Proposer
 from eval.sampling import SamplingParams
-from eval.speculative import Acceptance, autoregressive_generate, speculative_generate
+from eval.speculative import Acceptance, DecodeStats, autoregressive_generate, speculative_generate
 from eval.static_engine import Engine
 from eval.timing import speedup_spread
 
@@ -33,6 +33,11 @@ class Measurements:
     base_runs: tuple[list, list]  # per batch, (tokens, seconds) of the baseline before / after the speculative runs
     spreads: dict[int, dict]  # per γ, the speed-up's spread over batches (eval/timing.py)
     device: torch.device
+    # per prompt, its category (None: none given); a batch holds prompts of one category only
+    categories: list[Optional[str]] = field(default_factory=list)
+    batches: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of each batch in `prompts`
+    spec_runs: dict[int, list] = field(default_factory=dict)  # per γ, per batch (tokens, seconds)
+    batch_stats: dict[int, list[DecodeStats]] = field(default_factory=dict)  # per γ, per batch
 
 
 def measure(
@@ -45,10 +50,15 @@ def measure(
     prompts: list[list[int]],
     eos_ids: set[int],
     vocab_size: int,
+    categories: Optional[list[Optional[str]]] = None,
     *,
     progress: bool = True,
 ) -> Measurements:
-    """Decode the warm-up prompts untimed, then every batch of `prompts` interleaved (see the module's doc)."""
+    """Decode the warm-up prompts untimed, then every batch of `prompts` interleaved (see the module's doc).
+
+    categories: per prompt (the first len(prompts) count), its category (None: none given); None = no categories.
+    A batch ends where the category changes, so that each category's figures come from its own batches
+    (build_report); the field's sets list theirs grouped."""
     device = next(target.parameters()).device
     params = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k)
     acceptance = Acceptance(cfg.acceptance, cfg.typical_threshold, cfg.typical_alpha)
@@ -92,9 +102,12 @@ def measure(
     spec = {g: Tally() for g in gammas}
     base_runs: tuple[list, list] = ([], [])
     spec_runs: dict[int, list] = {g: [] for g in gammas}  # per batch, (tokens, seconds) at γ
+    batch_stats: dict[int, list[DecodeStats]] = {g: [] for g in gammas}
+    categories = list(categories)[: len(prompts)] if categories is not None else [None] * len(prompts)
+    batches = batch_bounds(categories, cfg.batch_size)
     bar = tqdm(total=len(prompts) * (2 + len(gammas)), desc="eval", unit="decode", disable=not progress)
-    for start in range(0, len(prompts), cfg.batch_size):  # interleaved, so machine noise hits every side alike
-        batch = prompts[start : start + cfg.batch_size]
+    for start, end in batches:  # interleaved, so machine noise hits every side alike
+        batch = prompts[start:end]
         for repeat in (0, 1):  # the baseline before and after the speculative runs: their gap says how noisy
             if repeat:
                 for g in gammas:
@@ -103,6 +116,7 @@ def measure(
                     out, stats = run_spec(batch, g)
                     spec_runs[g].append((sum(map(len, out)), time.perf_counter() - t0))
                     spec[g].stats.add(stats)
+                    batch_stats[g].append(stats)
                     spec[g].equal_rows += sum(o == a for o, a in zip(out, ar.outputs[start:]))
                     spec[g].outputs += out
                     bar.set_postfix_str(f"γ={g}" if depth is None else "tree", refresh=False)
@@ -115,7 +129,19 @@ def measure(
             bar.update(len(batch))
     bar.close()
     spreads = _totals(ar, spec, base_runs, spec_runs)
-    return Measurements(prompts, gammas, depth, ar, spec, base_runs, spreads, device)
+    return Measurements(
+        prompts, gammas, depth, ar, spec, base_runs, spreads, device, categories, batches, spec_runs, batch_stats
+    )
+
+
+def batch_bounds(categories: list[Optional[str]], batch_size: int) -> list[tuple[int, int]]:
+    """[start, end) of each batch: up to batch_size prompts in order, a new batch wherever the category changes."""
+    bounds, start = [], 0
+    for i in range(1, len(categories) + 1):
+        if i == len(categories) or i - start == batch_size or categories[i] != categories[start]:
+            bounds.append((start, i))
+            start = i
+    return bounds
 
 
 def _totals(ar: Tally, spec: dict[int, Tally], base_runs: tuple[list, list], spec_runs: dict[int, list]) -> dict:

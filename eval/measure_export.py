@@ -32,11 +32,13 @@ def measure_export(
     out_dir: str | Path,
     serve_target: Optional[str] = None,
     trust_remote_code: bool = False,
+    categories: Optional[list[Optional[str]]] = None,
 ) -> dict:
     """Measure `proposer` (loaded from export_dir) on prompt_ids and write the report into out_dir.
 
     names: the report's names (target, drafter, kind, hashes, ...). serve_target: the target vLLM loads, where
-    names["target"] is not loadable as it stands (a toy world's alias); None = names["target"].
+    names["target"] is not loadable as it stands (a toy world's alias); None = names["target"]. categories: per
+    prompt, its category (eval.prompts.MeasuredPrompts), for the report's figures per category.
     """
     served = None
     if cfg.serve:
@@ -54,4 +56,15 @@ def measure_export(
             vocab_size=vocab_size,
             trust_remote_code=trust_remote_code,
         )
-    return evaluate(target, proposer, prompt_ids, cfg, eos_ids, vocab_size, names, out_dir=out_dir, served=served)
+    return evaluate(
+        target,
+        proposer,
+        prompt_ids,
+        cfg,
+        eos_ids,
+        vocab_size,
+        names,
+        out_dir=out_dir,
+        served=served,
+        categories=categories,
+    )

@@ -1,16 +1,29 @@
 """Eval prompts, templated alike for `python -m eval` and the pipeline's eval stage: conversations (both read
-them with distill.prompts.load_conversations; eval itself imports only heads) without their trailing assistant
-turns (the reference answers), through the target's chat template with the assistant generation prompt — what
-a server receives."""
+them with distill.prompts.read_prompts; eval itself imports only heads) without their trailing assistant turns
+(the reference answers), through the target's chat template with the assistant generation prompt — what a server
+receives.
+
+A conversation of `turns` (MT-Bench, Spec-Bench: user turns with the answers the target owes between them,
+assistant messages with content None) is measured turn by turn, as those benchmarks measure it: one prompt per
+turn, turn k's prompt holding the target's own answers to the turns before, decoded first (untimed) by our
+autoregressive decoding under eval's sampling settings.
+"""
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional, Sequence
 
+import torch
 from jinja2.exceptions import TemplateError
 
 from eval.config import EvalConfig
 from eval.errors import EvalError
+from eval.sampling import SamplingParams
+from eval.speculative import autoregressive_generate
+
+Answer = Callable[[list[int]], list[int]]  # prompt ids → the target's answer ids
 
 
 def prompt_messages(messages: list[dict]) -> list[dict]:
@@ -19,6 +32,25 @@ def prompt_messages(messages: list[dict]) -> list[dict]:
     while end and messages[end - 1].get("role") == "assistant":
         end -= 1
     return messages[:end]
+
+
+def _owes_answer(message: dict) -> bool:
+    return message.get("role") == "assistant" and message.get("content") is None
+
+
+def pending_turn(messages: list[dict]) -> tuple[list[dict], bool]:
+    """The prompt the target answers next, and whether the conversation owes more answers after it: the messages
+    before its first owed answer (content None), else prompt_messages(messages). distill.chat's rule, restated."""
+    for i, m in enumerate(messages):
+        if _owes_answer(m):
+            return messages[:i], True
+    return prompt_messages(messages), False
+
+
+def answered(messages: list[dict], text: str) -> list[dict]:
+    """The conversation with its first owed answer written: `text`, the target's answer to the turn before it."""
+    i = next(i for i, m in enumerate(messages) if _owes_answer(m))
+    return [*messages[:i], {"role": "assistant", "content": text}, *messages[i + 1 :]]
 
 
 OVERLONG = ("refuse", "truncate")
@@ -31,6 +63,87 @@ def prompt_room(target, proposer, cfg: EvalConfig) -> int:
     return target.config.max_position_embeddings - cfg.max_new_tokens - lookahead - 1
 
 
+def target_answers(target, cfg: EvalConfig, *, eos_ids: set[int], vocab_size: int) -> Answer:
+    """The target's own answer to one prompt: our autoregressive decoding (cache path: dynamic) of up to
+    eval.max_new_tokens tokens under eval's sampling settings (seeded by eval.seed), cut at the end-of-turn."""
+    params = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k)
+    generator = torch.Generator(device=next(target.parameters()).device).manual_seed(cfg.seed)
+
+    def answer(ids: list[int]) -> list[int]:
+        return autoregressive_generate(
+            target, [ids], cfg.max_new_tokens, params, eos_ids=eos_ids, vocab_size=vocab_size, generator=generator
+        )[0]
+
+    return answer
+
+
+@dataclass(frozen=True)
+class MeasuredPrompts:
+    """The prompts eval decodes, and each one's category (its row's; None = none given)."""
+
+    ids: list[list[int]]
+    categories: list[Optional[str]]
+
+
+def measured_prompts(
+    conversations: Iterable[list[dict]],
+    tokenizer,
+    *,
+    limit: int,
+    max_len: Optional[int] = None,
+    overlong: str = "refuse",
+    categories: Optional[Sequence[Optional[str]]] = None,
+    answer: Optional[Answer] = None,
+) -> MeasuredPrompts:
+    """Token ids of up to `limit` prompts: one per conversation, one per turn of a `turns` conversation.
+
+    Args:
+        max_len: the most prompt tokens the target's context leaves room for (None: no bound).
+        overlong: a longer prompt is refused (one error naming it), or truncated to its last max_len
+            tokens and counted in a warning.
+        categories: per conversation, its category (None: none given); each of its prompts carries it.
+        answer: the target's answer to a prompt (target_answers), written into a `turns` conversation's next
+            prompt; needed only by such conversations.
+    """
+    if overlong not in OVERLONG:
+        raise EvalError(f"eval.overlong_prompts={overlong!r}; use one of {list(OVERLONG)}")
+    if isinstance(getattr(tokenizer, "deprecation_warnings", None), dict):  # lengths are bounded here (max_len):
+        tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True  # one message
+    out, truncated = MeasuredPrompts([], []), 0
+    pairs = zip(conversations, itertools.repeat(None) if categories is None else categories)
+    for number, (messages, category) in enumerate(pairs, 1):
+        for turn in itertools.count(1):
+            if len(out.ids) >= limit:
+                break
+            prompt, more = pending_turn(messages)
+            where = f"eval prompt {number}" + (f" (turn {turn})" if turn > 1 or more else "")
+            if not any(m.get("role") == "user" for m in prompt):
+                raise EvalError(f"{where} has no user turn to answer; give it a {{'role': 'user'}} message")
+            ids = _template(prompt, tokenizer, where)
+            if max_len is not None and len(ids) > max_len:
+                if overlong == "refuse":
+                    raise EvalError(
+                        f"{where} has {len(ids)} tokens; with the new tokens and drafts it would pass the target's "
+                        f"context (room for {max_len}): shorten it, lower eval.max_new_tokens, or set "
+                        "eval.overlong_prompts=truncate"
+                    )
+                ids, truncated = ids[-max_len:], truncated + 1
+            out.ids.append(ids)
+            out.categories.append(category)
+            if not more:
+                break
+            if answer is None:
+                raise EvalError(f"{where} is a turn of a `turns` row: its next turn needs the target's answer")
+            messages = answered(messages, tokenizer.decode(answer(ids), skip_special_tokens=True))
+        if len(out.ids) >= limit:
+            break
+    if not out.ids:
+        raise EvalError("no eval prompts: the prompts file or split is empty")
+    if truncated:
+        print(f"[eval] warning: truncated {truncated} of {len(out.ids)} prompts to their last {max_len} tokens")
+    return out
+
+
 def prompt_ids(
     conversations: Iterable[list[dict]],
     tokenizer,
@@ -38,44 +151,20 @@ def prompt_ids(
     limit: int,
     max_len: Optional[int] = None,
     overlong: str = "refuse",
+    answer: Optional[Answer] = None,
 ) -> list[list[int]]:
-    """Token ids of up to `limit` prompts.
+    """The token ids of measured_prompts (same arguments), without categories."""
+    return measured_prompts(
+        conversations, tokenizer, limit=limit, max_len=max_len, overlong=overlong, answer=answer
+    ).ids
 
-    Args:
-        max_len: the most prompt tokens the target's context leaves room for (None: no bound).
-        overlong: a longer prompt is refused (one error naming it), or truncated to its last max_len
-            tokens and counted in a warning.
-    """
-    if overlong not in OVERLONG:
-        raise EvalError(f"eval.overlong_prompts={overlong!r}; use one of {list(OVERLONG)}")
-    out, truncated = [], 0
-    if isinstance(getattr(tokenizer, "deprecation_warnings", None), dict):  # lengths are bounded here (max_len):
-        tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True  # one message
-    for number, messages in enumerate(conversations, 1):
-        prompt = prompt_messages(messages)
-        if not any(m.get("role") == "user" for m in prompt):
-            raise EvalError(f"eval prompt {number} has no user turn to answer; give it a {{'role': 'user'}} message")
-        try:
-            chat = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
-        except TemplateError as e:  # Gemma's and Mistral's templates raise on a system turn
-            raise EvalError(
-                f"the target's chat template refuses eval prompt {number} ({e}); remove that turn from the prompts "
-                "or pass a chat template that accepts it"
-            ) from None
-        ids = list(chat["input_ids"])
-        if max_len is not None and len(ids) > max_len:
-            if overlong == "refuse":
-                raise EvalError(
-                    f"eval prompt {number} has {len(ids)} tokens; with the new tokens and drafts it would pass the "
-                    f"target's context (room for {max_len}): shorten it, lower eval.max_new_tokens, or set "
-                    "eval.overlong_prompts=truncate"
-                )
-            ids, truncated = ids[-max_len:], truncated + 1
-        out.append(ids)
-        if len(out) >= limit:
-            break
-    if not out:
-        raise EvalError("no eval prompts: the prompts file or split is empty")
-    if truncated:
-        print(f"[eval] warning: truncated {truncated} of {len(out)} prompts to their last {max_len} tokens")
-    return out
+
+def _template(prompt: list[dict], tokenizer, where: str) -> list[int]:
+    try:
+        chat = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
+    except TemplateError as e:  # Gemma's and Mistral's templates raise on a system turn
+        raise EvalError(
+            f"the target's chat template refuses {where} ({e}); remove that turn from the prompts "
+            "or pass a chat template that accepts it"
+        ) from None
+    return list(chat["input_ids"])

@@ -13,10 +13,11 @@ from typing import Iterable
 from eval.claims import DIGEST, figures_digest, samples_digest
 from eval.config import EvalConfig
 from eval.measure import Measurements
-from eval.metrics import add_block_cost, decode_figures
+from eval.metrics import Tally, add_block_cost, decode_figures
 from eval.sampling import SamplingParams
+from eval.speculative import DecodeStats
 from eval.static_engine import Engine
-from eval.timing import repeat_drift, timing_verdict
+from eval.timing import repeat_drift, speedup_spread, timing_verdict
 from heads.card import speed_warnings, speedup_text, timing_device
 from heads.formats.fingerprint import SAMPLES_FILE
 from heads.formats.staging import atomic_write_text
@@ -78,9 +79,44 @@ def build_report(m: Measurements, cfg: EvalConfig, names: dict, engine: Engine) 
         if depth
         else ("measured speed-up" if basis == "speedup" else "predicted from τ and cost (timing was noisy)"),
         "gamma_sweep": sweep if len(sweep) > 1 else [],
+        "categories": category_figures(m, cfg.num_speculative_tokens),
         "settings": {**asdict(cfg), "num_prompts": len(m.prompts), "device": str(m.device)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+UNCATEGORISED = "(none)"  # the key of prompts without a category, in a set where others have one
+_PER_CATEGORY = ("tau", "alpha", "speedup", "per_position_acceptance", "tokens_per_second", "steps", "drafting_steps")
+
+
+def category_figures(m: Measurements, gamma: int) -> dict:
+    """Per category ({} when no prompt names one): τ, α, the speed-up and their counters at γ, from the batches of
+    its prompts (a batch holds one category). The definitions are the totals' (decode_figures), so each counter
+    (prompts, new_tokens, steps, accepted and proposed drafts) sums over the categories to the total's."""
+    if all(c is None for c in m.categories):
+        return {}
+    out = {}
+    for name in dict.fromkeys(m.categories):  # in order of first appearance
+        picks = [b for b, (start, _) in enumerate(m.batches) if m.categories[start] == name]
+        spec_tokens, spec_seconds = ([m.spec_runs[gamma][b][i] for b in picks] for i in (0, 1))
+        # both baseline repeats, as the total's denominator
+        base_tokens, base_seconds = ([m.base_runs[0][b][i] + m.base_runs[1][b][i] for b in picks] for i in (0, 1))
+        stats = DecodeStats()
+        for b in picks:
+            stats.add(m.batch_stats[gamma][b])
+        spec = Tally(stats=stats, seconds=sum(spec_seconds), tokens=sum(spec_tokens))
+        base = Tally(seconds=sum(base_seconds), tokens=sum(base_tokens))
+        figures = decode_figures(spec, base, m.tree_depth or gamma, is_chain=m.tree_depth is None)
+        spread = speedup_spread(spec_tokens, spec_seconds, base_tokens, base_seconds)
+        out[UNCATEGORISED if name is None else name] = {
+            "prompts": sum(m.batches[b][1] - m.batches[b][0] for b in picks),
+            "new_tokens": spec.tokens,
+            **{k: figures[k] for k in _PER_CATEGORY},
+            "proposed_draft_tokens": figures["proposed_draft_tokens"],
+            "accepted_draft_tokens": figures["accepted_draft_tokens"],
+            "speedup_spread": {k: v for k, v in spread.items() if k != "per_prompt"},
+        }
+    return out
 
 
 def seal_report(report: dict, m: Measurements, num_speculative_tokens: int) -> str:
@@ -183,9 +219,28 @@ block is drafted in one).
 
 ![τ and speedup vs γ](gamma_sweep.png)
 """
+    if r.get("categories"):
+        text += _categories_markdown(r["categories"], s["num_speculative_tokens"] if not s["tree"] else None)
     if "served" in r:
         text += _served_markdown(r["served"])
     return text
+
+
+def _categories_markdown(categories: dict, gamma) -> str:
+    """Per category (the rows' `category`: Spec-Bench's six, MT-Bench's eight), the headline figures."""
+    rows = "\n".join(
+        f"| {name} | {c['prompts']} | {c['tau']:.3f} | {c['alpha']:.3f} | {speedup_text(c)} |"
+        for name, c in categories.items()
+    )
+    at = f"γ = {gamma}" if gamma else "the tree"
+    return f"""
+## Per category
+The prompts' categories, each measured at {at} on its own batches; the speed-up carries its 95% interval over them.
+
+| category | prompts | τ | α | speedup |
+|---|---|---|---|---|
+{rows}
+"""
 
 
 def _served_markdown(sv: dict) -> str:

@@ -115,20 +115,26 @@ def evaluate(
     out_dir=None,
     served: Optional[Callable[[list, list, dict], dict]] = None,
     progress: bool = True,
+    categories: Optional[list[Optional[str]]] = None,
 ) -> dict:
     """Measure a drafter on `prompts` (token ids); return the report and write it to out_dir when given.
 
     names: {"target", "drafter", "kind", ...} for the report. served(prompts, the target's greedy outputs,
     report): its result becomes the report's `served` section (eval.serve=vllm). progress: a progress bar.
+    categories: per prompt, its category (None: none given); the report then gives figures per category.
     """
     check_settings(cfg)
     if not prompts:
         raise EvalError("no eval prompts")
+    if categories is not None and len(categories) != len(prompts):
+        raise EvalError(f"{len(categories)} categories for {len(prompts)} eval prompts; give one per prompt")
     gammas = plan_gammas(cfg, proposer, names.get("kind", ""))
     warmup, prompts = prompts[: cfg.warmup_prompts], prompts[: cfg.num_prompts]
     # The engine is sized by the γ plan and compiled before the warm-up: its compile time is no decoding time
     engine = build_engine(cfg, target, proposer, warmup + prompts, gammas)
-    measured = measure(target, proposer, engine, cfg, gammas, warmup, prompts, eos_ids, vocab_size, progress=progress)
+    measured = measure(
+        target, proposer, engine, cfg, gammas, warmup, prompts, eos_ids, vocab_size, categories, progress=progress
+    )
     report = build_report(measured, cfg, names, engine)
     # served reads the finished figures, and the seal binds its verdict: after build_report, before seal_report
     if served is not None:

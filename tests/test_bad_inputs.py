@@ -39,6 +39,8 @@ def files(tmp_path_factory, micro_world, weak_draft):
     long = {"messages": [{"role": "user", "content": "x = 1\n" * 2000}]}
     (root / "long.jsonl").write_text(json.dumps(long) + "\n")
     (root / "no-user.jsonl").write_text(json.dumps({"messages": [{"role": "system", "content": "be brief"}]}) + "\n")
+    (root / "no-turns.jsonl").write_text(json.dumps({"category": "qa", "turns": []}) + "\n")  # Spec-Bench's layout
+    (root / "stub-list.jsonl").write_text(json.dumps({"task_id": "HumanEval/0", "prompt": ["def f():"]}) + "\n")
     unsized = root / "unsized-drafter"
     unsized.mkdir()
     (unsized / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
@@ -188,6 +190,37 @@ CASES = [
         ["drafter_dir={f}/real-draft", "out_dir={t}/out", "target_path={micro}"]
         + ["prompts=" + os.path.join(os.path.dirname(__file__), "data", "prompts", "latin1.jsonl")],
         "latin1.jsonl:2 is not UTF-8 (byte 0xe9 at column 49); re-encode the file as UTF-8",
+    ),
+    (
+        "eval of a Spec-Bench row with no turns",
+        "eval",
+        ["drafter_dir={f}/real-draft", "prompts={f}/no-turns.jsonl", "out_dir={t}/out", "target_path={micro}"],
+        "no-turns.jsonl:1: 'turns' must be a non-empty list of strings, one per user turn; got an empty list",
+    ),
+    (
+        "eval of a prompts column that does not exist",
+        "eval",
+        ["drafter_dir={f}/real-draft", "prompts={f}/ok.jsonl", "out_dir={t}/out", "target_path={micro}"]
+        + ["prompts_column=question"],
+        "ok.jsonl:1: no field 'question', only ['messages']; set prompts_column to the one holding the prompts",
+    ),
+    (
+        "distill of a HumanEval row whose prompt is no string",
+        "distill",
+        ["target=micro", "data.prompts={f}/stub-list.jsonl", "out_dir={t}/out"],
+        "stub-list.jsonl:1: 'prompt' must be a string (one user turn), got list; to read it by what it holds",
+    ),
+    (
+        "an eval prompts column without eval prompts",
+        "train",
+        [*TRAIN, "stages=[distill,train,eval]", "eval_prompts_column=turns"],
+        "eval_prompts_column=turns names a column of eval_prompts, which is not set; set eval_prompts=",
+    ),
+    (
+        "an eval prompts column that does not exist, before distillation",
+        "train",
+        [*TRAIN, "stages=[distill,train,eval]", "eval_prompts={f}/ok.jsonl", "eval_prompts_column=question"],
+        "ok.jsonl:1: no field 'question', only ['messages']; set eval_prompts_column to the one holding the prompts",
     ),
     (
         "eval against a target with only pytorch_model.bin",

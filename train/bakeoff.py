@@ -22,7 +22,7 @@ from heads.card import served_tau_text, speedup_text
 from heads.families import get_family
 from heads.formats.staging import atomic_write_text
 
-SHARED = ("target", "data", "eval", "eval_split", "eval_prompts", "device")
+SHARED = ("target", "data", "eval", "eval_split", "eval_prompts", "eval_prompts_column", "device")
 # where contenders are published when the bake-off is given a registry or Hub repo (min_tau, model_name: the recipe's)
 SHARED_PUBLISH = ("hub_dir", "repo_id", "private", "verify_prompts")
 OUT = "bakeoff"

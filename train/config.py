@@ -113,6 +113,9 @@ class RunConfig:
     # eval source at all, the data.holdout prompts split off data.prompts before distillation
     eval_split: Optional[str] = None
     eval_prompts: Optional[str] = None  # eval prompt source (a file, a dataset directory or an HF dataset name)
+    # the column of eval_prompts holding the prompts, read as data.prompts_column reads data.prompts' (data.prompts
+    # itself, measured by eval_split or its held-out slice, is read with data.prompts_column); None = auto-detected
+    eval_prompts_column: Optional[str] = None
     device: str = field(default="auto", metadata=NO_EFFECT)  # auto | cpu | cuda | cuda:N
     # true: print the plan (memory per GPU, disk, tokens, steps, time) and stop; loads no weights
     dry_run: bool = field(default=False, metadata=NO_EFFECT)

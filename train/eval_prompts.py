@@ -3,26 +3,27 @@ none of them was trained on.
 
 One of, in this order: `eval_prompts` (split `eval_split`, default train), `eval_split` of data.prompts,
 the toy world's heldout split, or the `data.holdout` prompts split off data.prompts before distillation
-(distill/heldout.py). A run with none of these is refused before any work.
+(distill/heldout.py). A run with none of these is refused before any work. The prompts are read from the column
+`eval_prompts_column` of eval_prompts, or `data.prompts_column` of data.prompts (None: auto-detected).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
 from jinja2.exceptions import TemplateError
 
-from distill.chat import encode_prompt, prompt_messages
+from distill.chat import encode_prompt, pending_turn
 from distill.heldout import TOYWORLD, digest_of_set, heldout_indices, holdout_active, prompt_digest
-from distill.prompts import load_conversations
+from distill.prompts import PromptSet, read_prompts
 from distill.target import toyworld_prompts
 from train.config import RunConfig
 from train.errors import PipelineError
 
-FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".jsonl.gz", ".json.gz")
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,16 @@ class EvalSource:
     split: Optional[str]  # None: a file's (or single-split dataset's) only split
     holdout: bool  # True: only the held-out slice of `source` (data.holdout prompts, seeded)
     description: str  # for the report and the card
+    column: Optional[str] = None  # the column holding the prompts; None = auto-detected
 
     def as_dict(self) -> dict:
-        return {"source": self.source, "split": self.split, "held_out_slice": self.holdout, "what": self.description}
+        return {
+            "source": self.source,
+            "split": self.split,
+            "held_out_slice": self.holdout,
+            "what": self.description,
+            "column": self.column,
+        }
 
 
 def eval_source(cfg: RunConfig) -> EvalSource:
@@ -41,7 +49,17 @@ def eval_source(cfg: RunConfig) -> EvalSource:
     if cfg.eval_prompts:
         split = cfg.eval_split
         what = f"eval_prompts={cfg.eval_prompts}" + (f" (split {split})" if split else "")
-        return EvalSource(cfg.eval_prompts, split, False, what)
+        return EvalSource(cfg.eval_prompts, split, False, what, cfg.eval_prompts_column)
+    if cfg.eval_prompts_column:
+        raise PipelineError(
+            f"eval_prompts_column={cfg.eval_prompts_column} names a column of eval_prompts, which is not set; set "
+            "eval_prompts=FILE_OR_DATASET, or data.prompts_column for the prompts of data.prompts"
+        )
+    return replace(_data_source(cfg), column=cfg.data.prompts_column)
+
+
+def _data_source(cfg: RunConfig) -> EvalSource:
+    """The eval prompts of data.prompts: a split, the toy world's heldout split, or the held-out slice."""
     if cfg.eval_split:
         if cfg.data.prompts == TOYWORLD or not _is_file(cfg.data.prompts):
             if cfg.eval_split == cfg.data.split:
@@ -69,8 +87,11 @@ def eval_source(cfg: RunConfig) -> EvalSource:
 
 
 def check_eval_source(cfg: RunConfig) -> None:
-    """Preflight: the eval source exists, has the split, and leaves room for the prompts eval decodes."""
+    """Preflight: the eval source exists, has the split, and leaves room for the prompts eval decodes; a local
+    eval_prompts file or directory is read, so that a bad row or column fails now rather than after training."""
     src = eval_source(cfg)
+    if cfg.eval_prompts and Path(cfg.eval_prompts).expanduser().exists():
+        eval_conversations(cfg, 0)
     wanted = cfg.eval.num_prompts + cfg.eval.warmup_prompts
     if src.holdout and cfg.data.holdout < wanted:
         raise PipelineError(
@@ -98,39 +119,47 @@ def _is_file(source: str) -> bool:
     return source.endswith(FILE_SUFFIXES) or Path(source).expanduser().is_file()
 
 
-def eval_conversations(cfg: RunConfig, limit: int, tokenizer=None) -> tuple[EvalSource, list[list[dict]]]:
-    """Up to `limit` conversations of the eval source, in order (the held-out slice: in file order); with a
-    tokenizer, only those its chat template accepts."""
+def eval_conversations(cfg: RunConfig, limit: int, tokenizer=None) -> tuple[EvalSource, PromptSet]:
+    """Up to `limit` conversations of the eval source and their categories, in order (the held-out slice: in file
+    order); with a tokenizer, only those its chat template accepts."""
     src = eval_source(cfg)
-    keys = {"prompts_key": "eval_prompts", "split_key": "eval_split"} if (cfg.eval_prompts or cfg.eval_split) else {}
+    keys = {
+        "prompts_key": "eval_prompts" if cfg.eval_prompts else "data.prompts",
+        "split_key": "eval_split" if cfg.eval_prompts or cfg.eval_split else "data.split",
+    }
     toy = toyworld_prompts(cfg.target.name_or_path, src.split) if src.source == TOYWORLD else None
-    conversations = load_conversations(src.source, src.split, toy, **keys)
+    rows = read_prompts(src.source, src.split, toy, column=src.column, **keys)
     if src.holdout:
-        keep = heldout_indices(len(conversations), cfg.data.holdout, cfg.data.holdout_seed)
-        conversations = [conversations[i] for i in keep]
+        rows = _pick(rows, heldout_indices(len(rows.conversations), cfg.data.holdout, cfg.data.holdout_seed))
     if tokenizer is not None:
-        conversations = templated(conversations, tokenizer)
-    return src, conversations[:limit]
+        rows = templated(rows, tokenizer)
+    return src, _pick(rows, range(min(limit, len(rows.conversations))))
 
 
-def templated(conversations: list[list[dict]], tokenizer) -> list[list[dict]]:
+def _pick(rows: PromptSet, indices) -> PromptSet:
+    return PromptSet([rows.conversations[i] for i in indices], [rows.categories[i] for i in indices])
+
+
+def templated(rows: PromptSet, tokenizer) -> PromptSet:
     """The conversations with a user turn that the target's chat template accepts (Gemma's and Mistral's refuse a
-    system turn), as distillation drops the others too; the count left out is printed."""
+    system turn), as distillation drops the others too; the count left out is printed. A `turns` conversation is
+    judged by its first turn (its later ones hold the target's answers, written when eval decodes them)."""
     kept = []
-    for c in conversations:
-        if not any(m["role"] == "user" for m in prompt_messages(c)):
+    for i, c in enumerate(rows.conversations):
+        prompt, _ = pending_turn(c)
+        if not any(m["role"] == "user" for m in prompt):
             continue
         try:
-            encode_prompt(tokenizer, prompt_messages(c))
-            kept.append(c)
+            encode_prompt(tokenizer, prompt)
+            kept.append(i)
         except TemplateError:
             pass
-    if len(kept) < len(conversations):
+    if len(kept) < len(rows.conversations):
         print(
-            f"[eval] warning: left out {len(conversations) - len(kept)} prompts without a user turn or refused by "
-            "the target's chat template"
+            f"[eval] warning: left out {len(rows.conversations) - len(kept)} prompts without a user turn or refused "
+            "by the target's chat template"
         )
-    return kept
+    return _pick(rows, kept)
 
 
 def training_overlap(eval_ids: list[list[int]], dataset) -> dict:

@@ -53,7 +53,12 @@ def stage_hashes(cfg: RunConfig, cfg_dict: dict) -> dict[str, str]:
     data = distill_hash(cfg.target, cfg.data)
     trainer = output_settings(TrainerConfig, cfg_dict["trainer"]) if get_family(cfg.drafter.kind).trainable else None
     train = _hash(data, cfg_dict["drafter"], trainer) if trainer is not None else _hash(data, cfg_dict["drafter"])
-    eval_inputs = (cfg.eval_split, cfg.eval_prompts, source_identity(cfg.eval_prompts) if cfg.eval_prompts else None)
+    eval_inputs = (
+        cfg.eval_split,
+        cfg.eval_prompts,
+        cfg.eval_prompts_column,
+        source_identity(cfg.eval_prompts) if cfg.eval_prompts else None,
+    )
     evaluation = _hash(train, output_settings(EvalConfig, cfg_dict["eval"]), *eval_inputs)
     return {
         "distill": data,

@@ -3,12 +3,13 @@ naming the file, its line or row, and the setting for every way their data goes 
 
 import json
 import re
+from dataclasses import replace
 
 import datasets
 import pytest
 
 from distill.errors import DistillError
-from distill.prompts import load_conversations
+from distill.prompts import humaneval_file, load_conversations, read_prompts
 
 CONV = {"messages": [{"role": "user", "content": "import os\n"}, {"role": "assistant", "content": "import sys\n"}]}
 SHAREGPT = [
@@ -198,7 +199,9 @@ def test_json_and_parquet_errors_name_the_file(tmp_path):
         load_conversations(str(g), "train")
     datasets.Dataset.from_list([{"text": "x"}]).to_parquet(str(g))
     with pytest.raises(
-        DistillError, match=rf"^{re.escape(str(g))}: no 'messages' \(or ShareGPT 'conversations'\) column; found"
+        DistillError,
+        match=rf"^{re.escape(str(g))}: no 'messages', 'conversations' \(ShareGPT\), 'turns' or 'prompt' column; found "
+        r"\['text'\]; set data.prompts_column to the one holding the prompts$",
     ):
         load_conversations(str(g), "train")
 
@@ -236,3 +239,159 @@ def test_a_target_with_only_pickled_weights_gets_the_message_python_m_eval_gives
         f"target {target} has only pytorch_model.bin: drafthub loads safetensors weights only; convert the weights "
         "(e.g. model.save_pretrained(dir, safe_serialization=True)) and pass target.name_or_path=dir"
     )
+
+
+# ---- the field's evaluation sets: turns (MT-Bench, Spec-Bench), prompt (HumanEval), a named column ---------------
+
+OWED = {"role": "assistant", "content": None}  # an answer the target owes: written turn by turn
+SPEC_BENCH = [
+    {"question_id": 81, "category": "writing", "turns": ["Write a blog post.", "Rewrite it in rhymes."]},
+    {"question_id": 161, "category": "qa", "turns": ["Who wrote Hamlet?"]},
+]
+TURNS_READ = [
+    [{"role": "user", "content": "Write a blog post."}, OWED, {"role": "user", "content": "Rewrite it in rhymes."}],
+    [{"role": "user", "content": "Who wrote Hamlet?"}],
+]
+
+
+def test_turns_rows_are_user_turns_with_the_answers_the_target_owes_and_keep_their_category(tmp_path):
+    rows = read_prompts(_jsonl(tmp_path / "question.jsonl", *SPEC_BENCH), None)
+    assert rows.conversations == TURNS_READ and rows.categories == ["writing", "qa"]
+    assert load_conversations(str(tmp_path / "question.jsonl"), None) == TURNS_READ
+    plain = read_prompts(_jsonl(tmp_path / "p.jsonl", CONV, *SHAREGPT), None)
+    assert plain.categories == [None, None, None]  # rows without a category
+
+
+def test_the_target_answers_a_turns_row_one_turn_after_another():
+    from distill.chat import answered, pending_turn, prompt_messages
+
+    first, more = pending_turn(TURNS_READ[0])
+    assert (first, more) == (TURNS_READ[0][:1], True)
+    second, more = pending_turn(answered(TURNS_READ[0], "A post."))
+    assert more is False and second == [*first, {"role": "assistant", "content": "A post."}, TURNS_READ[0][2]]
+    assert pending_turn(CONV["messages"]) == (prompt_messages(CONV["messages"]), False)  # other rows: as before
+
+
+@pytest.mark.parametrize(
+    "turns, got",
+    [([], "an empty list"), ("Who wrote Hamlet?", "a str"), (["one", 2], "a list holding an int")],
+)
+def test_turns_that_are_not_a_non_empty_list_of_strings_are_named(tmp_path, turns, got):
+    f = _jsonl(tmp_path / "question.jsonl", SPEC_BENCH[0], {"category": "qa", "turns": turns})
+    with pytest.raises(DistillError) as e:
+        read_prompts(f, None)
+    assert str(e.value) == f"{f}:2: 'turns' must be a non-empty list of strings, one per user turn; got {got}"
+
+
+def test_a_category_that_is_not_a_string_is_named(tmp_path):
+    f = _jsonl(tmp_path / "question.jsonl", {"category": ["writing"], "turns": ["hi"]})
+    with pytest.raises(DistillError, match=r"question\.jsonl:1: 'category' must be a string \(e\.g\. \"writing\"\)"):
+        read_prompts(f, None)
+
+
+def test_humaneval_rows_are_one_user_turn_and_a_gzipped_jsonl_is_read(tmp_path):
+    import gzip
+
+    rows = [{"task_id": "HumanEval/0", "prompt": "def add(a, b):\n", "entry_point": "add"}, {"prompt": "import os\n"}]
+    with gzip.open(tmp_path / "HumanEval.jsonl.gz", "wt") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    assert load_conversations(str(tmp_path / "HumanEval.jsonl.gz"), None) == [
+        [{"role": "user", "content": "def add(a, b):\n"}],
+        [{"role": "user", "content": "import os\n"}],
+    ]
+    (tmp_path / "broken.jsonl.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(DistillError, match=r"broken\.jsonl\.gz is not a readable gzip file \(BadGzipFile: .*check"):
+        load_conversations(str(tmp_path / "broken.jsonl.gz"), None)
+
+
+def test_the_packaged_humaneval_is_164_code_stubs():
+    path = humaneval_file()
+    assert path.name == "HumanEval.jsonl.gz" and path.is_file()
+    conversations = load_conversations(str(path), None)
+    assert len(conversations) == 164
+    assert all(len(c) == 1 and c[0]["role"] == "user" and "def " in c[0]["content"] for c in conversations)
+
+
+def test_a_prompt_that_is_not_a_string_is_named_with_the_column_setting(tmp_path):
+    f = _jsonl(tmp_path / "p.jsonl", {"prompt": "x = 1\n"}, {"prompt": [{"role": "user", "content": "hi"}]})
+    with pytest.raises(DistillError) as e:
+        load_conversations(f, None)
+    assert str(e.value) == (
+        f"{f}:2: 'prompt' must be a string (one user turn), got list; to read it by what it holds (turns, messages), "
+        "set data.prompts_column=prompt"
+    )
+    assert load_conversations(f, None, column="prompt")[1] == [{"role": "user", "content": "hi"}]
+
+
+def test_rows_with_several_prompt_fields_read_the_first_of_messages_conversations_turns_prompt(tmp_path):
+    both = {"prompt": "ignored", "turns": ["ignored"], "messages": CONV["messages"]}
+    assert load_conversations(_jsonl(tmp_path / "p.jsonl", both), None) == [CONV["messages"]]
+    assert load_conversations(_jsonl(tmp_path / "q.jsonl", {"prompt": "p", "turns": ["t"]}), None) == [
+        [{"role": "user", "content": "t"}]
+    ]
+
+
+COLUMNS = [  # one dataset, a prompt column of each shape the setting reads
+    {"question": "Who wrote Hamlet?", "dialogue": ["hi", "and then?"], "chat": CONV["messages"], "category": "qa"},
+    {"question": "2 + 2?", "dialogue": ["one"], "chat": CONV["messages"], "category": "math"},
+]
+
+
+def test_a_saved_dataset_is_read_from_the_column_named_by_what_it_holds(tmp_path):
+    datasets.DatasetDict({"test": datasets.Dataset.from_list(COLUMNS)}).save_to_disk(str(tmp_path / "dd"))
+    where = str(tmp_path / "dd")
+    question = read_prompts(where, "test", column="question")
+    assert question.conversations == [
+        [{"role": "user", "content": "Who wrote Hamlet?"}],
+        [{"role": "user", "content": "2 + 2?"}],
+    ]
+    assert question.categories == ["qa", "math"]
+    assert load_conversations(where, "test", column="dialogue")[0] == [
+        {"role": "user", "content": "hi"},
+        OWED,
+        {"role": "user", "content": "and then?"},
+    ]
+    assert load_conversations(where, "test", column="chat") == [CONV["messages"]] * 2
+    with pytest.raises(DistillError) as e:
+        load_conversations(where, "test", column="questions", prompts_key="eval_prompts", split_key="eval_split")
+    assert str(e.value) == (
+        f"{where}: no column 'questions', only ['category', 'chat', 'dialogue', 'question']; set eval_prompts_column "
+        "to the one holding the prompts"
+    )
+
+
+def test_a_directory_of_parquet_data_files_is_read_from_the_named_column(tmp_path):
+    (tmp_path / "repo" / "data").mkdir(parents=True)
+    datasets.Dataset.from_list(COLUMNS).to_parquet(str(tmp_path / "repo" / "data" / "test-00000-of-00001.parquet"))
+    rows = read_prompts(str(tmp_path / "repo"), "test", column="dialogue", prompts_key="prompts", split_key="split")
+    assert [len(c) for c in rows.conversations] == [3, 1] and rows.categories == ["qa", "math"]
+    with pytest.raises(DistillError, match=r"repo: no column 'text', only \['category', .*; set prompts_column to"):
+        read_prompts(str(tmp_path / "repo"), "test", column="text", prompts_key="prompts", split_key="split")
+
+
+def test_a_named_column_that_holds_no_prompt_is_named_with_its_setting(tmp_path):
+    f = _jsonl(tmp_path / "p.jsonl", {"q": "fine"}, {"q": 3}, {"q": []})
+    with pytest.raises(DistillError) as e:
+        load_conversations(f, None, column="q")
+    assert str(e.value) == (
+        f"{f}:2: 'q' (data.prompts_column) holds an int; a prompts column holds a string (one user turn), a list of "
+        "strings (turns), [{role, content}] messages or ShareGPT [{from, value}] turns"
+    )
+    with pytest.raises(DistillError, match=r"p\.jsonl:1: no field 'r', only \['q'\]; set data.prompts_column to the"):
+        load_conversations(f, None, column="r")
+
+
+def test_distill_answers_every_turn_of_a_named_column_and_keeps_no_answers_it_has_not(tmp_path, micro_world):
+    from distill.config import DataConfig, SamplingConfig, TargetConfig
+    from distill.run import distill
+    from distill.shards import load_distilled
+
+    rows = [{"category": "qa", "dialogue": ["def f():\n", "import os\n"]}, {"dialogue": ["x = 1\n"]}]
+    path = _jsonl(tmp_path / "bench.jsonl", *rows)
+    micro, greedy = TargetConfig(name_or_path="toyworld:micro"), SamplingConfig(temperature=0, max_new_tokens=4)
+    data = DataConfig(prompts=path, prompts_column="dialogue", holdout=0, sampling=greedy)
+    assert distill(micro, data, tmp_path / "out", "cpu")["counts"]["samples"] == 3  # one sample per turn
+    assert load_distilled(tmp_path / "out")["prompt_index"] == [0, 0, 1]
+    data.regenerate, data.prompts_column = False, None
+    with pytest.raises(DistillError, match=r"^prompt 0 is a `turns` row, which holds no answers to keep"):
+        distill(micro, replace(data, prompts=_jsonl(tmp_path / "t.jsonl", {"turns": ["a", "b"]})), tmp_path / "k")

@@ -1,17 +1,27 @@
-"""One prompt reader (distill.prompts.load_conversations): the eval app, the pipeline's eval stage and distillation
-read and template the same file alike."""
+"""One prompt reader (distill.prompts.read_prompts): the eval app, the pipeline's eval stage and distillation
+read and template the same file alike, `turns` rows turn by turn with the target's own answers."""
 
 import json
 
+import pytest
 import torch
 from omegaconf import OmegaConf
 
 from distill import chat
-from distill.prompts import load_conversations
-from eval.prompts import prompt_ids, prompt_messages
+from distill.config import DataConfig, SamplingConfig, TargetConfig
+from distill.prompts import load_conversations, read_prompts
+from distill.run import distill
+from distill.shards import load_distilled
+from eval.config import EvalConfig
+from eval.errors import EvalError
+from eval.prompts import answered, measured_prompts, pending_turn, prompt_ids, prompt_messages, target_answers
+from eval.sampling import SamplingParams
+from eval.speculative import autoregressive_generate
 from heads.config import DraftLMConfig
 from tests.cli_runs import run_app
 from train.config import RunConfig
+from train.errors import PipelineError
+from train.eval_prompts import check_disjoint, training_overlap
 from train.stages.eval import eval_prompt_ids
 from train.stages.run import Run
 from train.stages.run_dir import RunPaths
@@ -46,8 +56,8 @@ def test_eval_app_and_pipeline_template_the_same_file_alike(tmp_path, micro_worl
     )
     cfg.eval.num_prompts, cfg.eval.warmup_prompts = 10, 0
     run = Run(cfg, {}, RunPaths(tmp_path / "run"), torch.device("cpu"), "h", {})
-    pipeline, _ = eval_prompt_ids(run, tokenizer, max_len=10_000)  # (ids, what they are)
-    assert pipeline == app
+    pipeline, _ = eval_prompt_ids(run, tokenizer, max_len=10_000)  # (prompts, what they are)
+    assert pipeline.ids == app and pipeline.categories == [None] * 3
     assert len(app) == 3 and tokenizer.decode(app[1]).endswith("class A:\n<|end|><|assistant|>")
 
 
@@ -84,3 +94,121 @@ def test_distillation_and_eval_cut_prompts_by_the_same_rule():
     u1, a1, u2 = CONVERSATIONS[1]
     for conversation in ([u1], [u1, a1], [u1, a1, u2], [u1, a1, u2, a1], [u1, a1, a1]):
         assert distill_prompt(conversation) == prompt_messages(conversation)
+
+
+SPEC_BENCH = [  # Spec-Bench's question.jsonl layout: MT-Bench's turns, a category per row
+    {"question_id": 1, "category": "writing", "turns": ["def add(a, b):\n", "import os\n"]},
+    {"question_id": 2, "category": "qa", "turns": ["class A:\n"]},
+    {"question_id": 3, "category": "writing", "turns": ["x = 1\n", "y = 2\n"]},
+]
+
+
+def _spec_bench(path) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in SPEC_BENCH))
+    return str(path)
+
+
+def _contains(ids: list[int], part: list[int]) -> bool:
+    return any(ids[i : i + len(part)] == part for i in range(len(ids) - len(part) + 1))
+
+
+def test_a_turns_row_is_measured_turn_by_turn_with_the_targets_own_answers(tmp_path, target, tokenizer):
+    rows = read_prompts(_spec_bench(tmp_path / "question.jsonl"), None)
+    cfg, eos = EvalConfig(max_new_tokens=12), {tokenizer.eos_token_id}
+    answer = target_answers(target, cfg, eos_ids=eos, vocab_size=len(tokenizer))
+    measured = measured_prompts(rows.conversations, tokenizer, limit=10, categories=rows.categories, answer=answer)
+    assert len(measured.ids) == 5 and measured.categories == ["writing", "writing", "qa", "writing", "writing"]
+    # turn 2's prompt holds the target's autoregressive answer to turn 1, token for token
+    first = autoregressive_generate(
+        target, [measured.ids[0]], 12, SamplingParams(), eos_ids=eos, vocab_size=len(tokenizer)
+    )
+    reply = [t for t in first[0] if t not in eos]
+    assert reply and _contains(measured.ids[1], reply) and measured.ids[1][: len(measured.ids[0])] == measured.ids[0]
+    assert tokenizer.decode(measured.ids[1]).endswith("<|end|><|user|>import os\n<|end|><|assistant|>")
+    assert measured_prompts(rows.conversations, tokenizer, limit=2, answer=answer).ids == measured.ids[:2]
+    with pytest.raises(EvalError, match=r"eval prompt 1 \(turn 1\) is a turn of a `turns` row: its next turn needs"):
+        prompt_ids(rows.conversations, tokenizer, limit=10)  # no answer given: a caller's mistake, named
+    with pytest.raises(EvalError, match=r"^eval prompt 1 \(turn 2\) has \d+ tokens; .*overlong_prompts=truncate$"):
+        measured_prompts(rows.conversations, tokenizer, limit=10, answer=answer, max_len=len(measured.ids[0]))
+
+
+def test_distillation_and_eval_answer_turns_alike_and_the_proof_catches_a_trained_turn(tmp_path, target, tokenizer):
+    """Greedy distillation of a `turns` file gives a sample per turn, each prompt holding the target's answers:
+    exactly the prompts eval measures on that file, so the held-out proof finds every one of them trained on."""
+    path = _spec_bench(tmp_path / "question.jsonl")
+    greedy = SamplingConfig(temperature=0, max_new_tokens=8)
+    data = DataConfig(prompts=path, holdout=0, max_prompts=0, sampling=greedy)
+    manifest = distill(TargetConfig(name_or_path="toyworld:micro"), data, tmp_path / "data", "cpu")
+    dataset = load_distilled(tmp_path / "data")
+    assert manifest["counts"]["samples"] == 5 and dataset["prompt_index"] == [0, 0, 1, 2, 2]
+    second = dataset[1]["input_ids"][: dataset[1]["prompt_length"]]
+    assert _contains(
+        second, [t for t in dataset[0]["input_ids"][dataset[0]["prompt_length"] :] if t != tokenizer.eos_token_id]
+    )
+    cfg = EvalConfig(max_new_tokens=8)
+    answer = target_answers(target, cfg, eos_ids={tokenizer.eos_token_id}, vocab_size=len(tokenizer))
+    measured = measured_prompts(read_prompts(path, None).conversations, tokenizer, limit=10, answer=answer).ids
+    assert measured == [row["input_ids"][: row["prompt_length"]] for row in dataset]
+    report = {"prompts": training_overlap(measured, dataset)}
+    assert report["prompts"]["overlap"] == 5
+    with pytest.raises(PipelineError, match="5 of the measured prompts are in the distilled training data"):
+        check_disjoint(report, [{"prompt_ids": ids} for ids in measured], dataset)
+
+
+def test_eval_app_and_pipeline_measure_a_turns_file_alike(tmp_path, micro_world, target, tokenizer):
+    path = _spec_bench(tmp_path / "question.jsonl")
+    cfg = OmegaConf.to_object(
+        OmegaConf.merge(
+            OmegaConf.structured(RunConfig(drafter=DraftLMConfig())),
+            {"target": {"name_or_path": str(micro_world.target_dir)}, "eval_prompts": path},
+        )
+    )
+    cfg.eval.num_prompts, cfg.eval.warmup_prompts, cfg.eval.max_new_tokens = 4, 0, 6
+    run = Run(cfg, {}, RunPaths(tmp_path / "run"), torch.device("cpu"), "h", {})
+    answer = target_answers(target, cfg.eval, eos_ids={tokenizer.eos_token_id}, vocab_size=len(tokenizer))
+    pipeline, what = eval_prompt_ids(run, tokenizer, 10_000, answer)
+    rows = read_prompts(path, None, prompts_key="prompts", split_key="split")
+    answer = target_answers(target, cfg.eval, eos_ids={tokenizer.eos_token_id}, vocab_size=len(tokenizer))
+    app = measured_prompts(rows.conversations, tokenizer, limit=4, categories=rows.categories, answer=answer)
+    assert pipeline == app and len(app.ids) == 4 and what["count"] == 4
+    assert app.categories == ["writing", "writing", "qa", "writing"]
+
+
+def test_python_m_eval_reads_a_named_column_of_turns_and_reports_per_category(tmp_path, micro_world, weak_draft):
+    path = tmp_path / "bench.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"id": r["question_id"], "category": r["category"], "dialogue": r["turns"]}) + "\n"
+            for r in SPEC_BENCH
+        )
+    )
+    drafter = tmp_path / "drafter"
+    weak_draft.save_pretrained(drafter)
+    args = [
+        f"drafter_dir={drafter}",
+        f"prompts={path}",
+        f"target_path={micro_world.target_dir}",
+        f"out_dir={tmp_path / 'ev'}",
+    ]
+    settings = ["eval.num_prompts=5", "eval.warmup_prompts=0", "eval.max_new_tokens=6", "eval.gamma_sweep=[]"]
+    code, _, err = run_app("eval", [*args, *settings])
+    assert code == 2 and "bench.jsonl:1: no 'messages', 'conversations' (ShareGPT), 'turns' or 'prompt' field" in err
+    assert "or set prompts_column" in err
+    code, _, err = run_app("eval", [*args, *settings, "prompts_column=dialogue"])
+    assert code == 0, err[-2000:]
+    report = json.loads((tmp_path / "ev" / "eval_report.json").read_text())
+    assert report["settings"]["num_prompts"] == 5 and list(report["categories"]) == ["writing", "qa"]
+    assert [c["prompts"] for c in report["categories"].values()] == [4, 1]
+    assert "## Per category" in (tmp_path / "ev" / "report.md").read_text()
+
+
+def test_distillation_and_eval_answer_owed_turns_by_the_same_rule():
+    from distill.chat import answered as distill_answered
+    from distill.chat import pending_turn as distill_pending
+
+    u1, a1, u2 = CONVERSATIONS[1]
+    owed = {"role": "assistant", "content": None}
+    for conversation in ([u1], [u1, a1, u2], [u1, owed, u2], [u1, owed, u2, owed, u1]):
+        assert distill_pending(conversation) == pending_turn(conversation)
+        if pending_turn(conversation)[1]:
+            assert distill_answered(conversation, "ok") == answered(conversation, "ok")

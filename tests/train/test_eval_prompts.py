@@ -47,3 +47,13 @@ def test_the_gate_proves_the_measured_prompts_disjoint_from_the_training_prompts
     assert report["prompts"]["overlap"] == 1
     with pytest.raises(PipelineError, match="1 of the measured prompts are in the distilled training data"):
         check_disjoint(report, [{"prompt_ids": ids} for ids in leaked], TRAINED)
+
+
+def test_the_eval_source_reads_the_column_of_the_prompts_it_reads():
+    data = {"prompts": "org/set", "prompts_column": "question"}
+    assert eval_source(_cfg(data=data, eval_split="test")).column == "question"  # data.prompts: its column
+    assert eval_source(_cfg(data=data)).as_dict()["column"] == "question"  # its held-out slice too
+    other = eval_source(_cfg(data=data, eval_prompts="spec_bench.jsonl", eval_prompts_column="turns"))
+    assert (other.source, other.column) == ("spec_bench.jsonl", "turns")
+    with pytest.raises(PipelineError, match=r"^eval_prompts_column=turns names a column of eval_prompts, which is not"):
+        eval_source(_cfg(data=data, eval_prompts_column="turns"))

@@ -3,11 +3,13 @@ serve the same directory with vLLM when asked (eval.serve=vllm), and record the 
 
 from __future__ import annotations
 
+from typing import Optional
+
 from distill.shards import load_distilled
 from distill.target import eos_token_ids, load_target, load_tokenizer, resolve_target
 from eval.claims import DIGEST, figures_digest
 from eval.measure_export import measure_export
-from eval.prompts import prompt_ids, prompt_room
+from eval.prompts import Answer, MeasuredPrompts, measured_prompts, prompt_room, target_answers
 from eval.proposers import load_proposer
 from eval.vocabulary import tokenizer_matches
 from heads.families import ExportJob, Family, get_family
@@ -42,17 +44,26 @@ def export_drafter(run: Run, family: Family, tokenizer, target) -> str:
     return served_files_hash(paths.drafter)
 
 
-def eval_prompt_ids(run: Run, tokenizer, max_len: int) -> tuple[list[list[int]], dict]:
-    """Held-out prompts (train/eval_prompts.py) through the target's chat template, and what they are: their
-    source and their overlap with the distilled dataset's prompts (0, or the gate refuses)."""
+def eval_prompt_ids(run: Run, tokenizer, max_len: int, answer: Optional[Answer] = None) -> tuple[MeasuredPrompts, dict]:
+    """Held-out prompts (train/eval_prompts.py) through the target's chat template, with their categories, and what
+    they are: their source and their overlap with the distilled dataset's prompts (0, or the gate refuses).
+
+    answer: the target's answer to a prompt (eval.prompts.target_answers), for the later turns of `turns` rows."""
     cfg = run.cfg
-    src, conversations = eval_conversations(cfg, cfg.eval.num_prompts + cfg.eval.warmup_prompts, tokenizer)
-    ids = prompt_ids(
-        conversations, tokenizer, limit=len(conversations) or 1, max_len=max_len, overlong=cfg.eval.overlong_prompts
+    limit = cfg.eval.num_prompts + cfg.eval.warmup_prompts
+    src, rows = eval_conversations(cfg, limit, tokenizer)  # a `turns` row gives a prompt per turn: at most limit
+    prompts = measured_prompts(
+        rows.conversations,
+        tokenizer,
+        limit=limit,
+        max_len=max_len,
+        overlong=cfg.eval.overlong_prompts,
+        categories=rows.categories,
+        answer=answer,
     )
     dataset = load_distilled(run.paths.data) if read_json(run.paths.data / "manifest.json") else None
-    measured = ids[: cfg.eval.num_prompts]  # the warm-up prompts are the first of these
-    return ids, src.as_dict() | {"count": len(measured)} | training_overlap(measured, dataset)
+    measured = prompts.ids[: cfg.eval.num_prompts]  # the warm-up prompts are the first of these
+    return prompts, src.as_dict() | {"count": len(measured)} | training_overlap(measured, dataset)
 
 
 def eval_stage(run: Run) -> dict:
@@ -74,7 +85,9 @@ def eval_stage(run: Run) -> dict:
     target = load_target(cfg.target, run.device)
     export_sha256 = export_drafter(run, family, tokenizer, target)
     proposer, kind = load_proposer(paths.drafter, target, len(tokenizer), cfg.eval, run.device)
-    prompts, measured = eval_prompt_ids(run, tokenizer, prompt_room(target, proposer, cfg.eval))
+    eos_ids, vocab_size = eos_token_ids(target, tokenizer), len(tokenizer)
+    answer = target_answers(target, cfg.eval, eos_ids=eos_ids, vocab_size=vocab_size)
+    prompts, measured = eval_prompt_ids(run, tokenizer, prompt_room(target, proposer, cfg.eval), answer)
     if measured["overlap"]:
         raise PipelineError(
             f"{measured['overlap']} of the {measured['count']} eval prompts ({measured['what']}) are in the distilled "
@@ -94,14 +107,15 @@ def eval_stage(run: Run) -> dict:
         target,
         proposer,
         paths.drafter,
-        prompts,
+        prompts.ids,
         cfg.eval,
         names,
-        vocab_size=len(tokenizer),
-        eos_ids=eos_token_ids(target, tokenizer),
+        vocab_size=vocab_size,
+        eos_ids=eos_ids,
         out_dir=paths.eval,
         serve_target=resolve_target(cfg.target.name_or_path),  # a loadable path, not a toy world's alias
         trust_remote_code=cfg.target.trust_remote_code,
+        categories=prompts.categories,
     )
 
 

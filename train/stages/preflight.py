@@ -15,7 +15,7 @@ from eval.vocabulary import tokenizer_matches
 from heads.families import get_family
 from train.config import STAGES, RunConfig
 from train.errors import PipelineError
-from train.eval_prompts import check_eval_source
+from train.eval_prompts import FILE_SUFFIXES, check_eval_source
 from train.losses import LOSSES
 from train.on_policy import POLICIES, ROLLOUTS
 from train.setups import training_setup
@@ -98,7 +98,7 @@ def _check_sizes(cfg: RunConfig) -> None:
 def _check_files(cfg: RunConfig) -> None:
     """Prompt files named by path must exist (a name that is no file is a dataset id, checked when loaded)."""
     for key, value in (("data.prompts", cfg.data.prompts), ("eval_prompts", cfg.eval_prompts)):
-        if value and value.endswith((".jsonl", ".json", ".parquet")) and not Path(value).exists():
+        if value and value.endswith(FILE_SUFFIXES) and not Path(value).exists():
             raise PipelineError(f"{key}={value} does not exist; give the path of a prompts file")
 
 

@@ -1,0 +1,54 @@
+"""The report's figures per category (rows with a `category`: Spec-Bench's six, MT-Bench's eight): each category's
+τ, α and speed-up come from its own batches, and its counters sum over the categories to the totals."""
+
+import json
+
+from eval.config import EvalConfig
+from eval.measure import batch_bounds
+from eval.proposers.draft_lm import DraftLMProposer
+from eval.report import read_samples, render_markdown
+from eval.run import evaluate
+
+COUNTERS = ("steps", "drafting_steps", "proposed_draft_tokens", "accepted_draft_tokens")
+
+
+def test_a_batch_ends_where_the_category_changes():
+    assert batch_bounds(["a", "a", "a", "b", None, None], 2) == [(0, 2), (2, 3), (3, 4), (4, 6)]
+    assert batch_bounds([None] * 5, 2) == [(0, 2), (2, 4), (4, 5)]  # no categories: batches as before
+
+
+def test_per_category_figures_sum_to_the_totals(tmp_path, target, weak_draft, tokenizer, prompt_ids):
+    categories = ["writing", "writing", "qa", "qa", "qa", None]
+    cfg = EvalConfig(num_prompts=6, max_new_tokens=8, num_speculative_tokens=3, gamma_sweep=[], batch_size=2)
+    cfg.warmup_prompts = 0
+    proposer = DraftLMProposer(weak_draft, len(tokenizer))
+    names = {"target": "toyworld:micro", "drafter": "weak", "kind": "draft_lm"}
+    eos = {tokenizer.eos_token_id}
+    report = evaluate(
+        target,
+        proposer,
+        prompt_ids,
+        cfg,
+        eos,
+        len(tokenizer),
+        names,
+        out_dir=tmp_path,
+        progress=False,
+        categories=categories,
+    )
+    per = report["categories"]
+    assert list(per) == ["writing", "qa", "(none)"] and [c["prompts"] for c in per.values()] == [2, 3, 1]
+    for key in COUNTERS:
+        assert sum(c[key] for c in per.values()) == report[key], key
+    samples = read_samples(tmp_path / "eval_samples.jsonl")
+    assert sum(c["new_tokens"] for c in per.values()) == sum(len(s["speculative_ids"]) for s in samples)
+    for c in per.values():
+        assert (
+            c["tau"] == c["new_tokens"] / c["steps"]
+            and c["alpha"] == c["accepted_draft_tokens"] / c["proposed_draft_tokens"]
+        )
+        assert c["speedup"] > 0 and c["speedup_spread"]["low"] <= c["speedup_spread"]["high"]
+    assert "| qa | 3 |" in render_markdown(report)
+    assert json.loads((tmp_path / "eval_report.json").read_text())["categories"] == per
+    plain = evaluate(target, proposer, prompt_ids[:2], cfg, eos, len(tokenizer), names, progress=False)
+    assert plain["categories"] == {} and "Per category" not in render_markdown(plain)
