@@ -3,7 +3,7 @@ its successor in progress (chat task kinds, a 1,024-token context)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -82,24 +82,17 @@ TOY = WorldConfig(
 # In progress (issue 37): the toy world's successor, not yet the main job's. A 1,024-token context and chat tasks
 # of four kinds, each a held-out workload. Trained like this (800 steps, ~3.3 M tokens) it does not copy yet:
 # scripts/bench_toy_world.py measures it, the README's toy-world section says what was tried.
-CHAT = WorldConfig(
+CHAT = replace(
+    TOY,
     name="chat",
-    corpus_bytes=1_500_000,
-    vocab_size=2048,
-    hidden_size=256,
-    intermediate_size=704,
-    num_hidden_layers=8,
     num_attention_heads=4,  # head_dim 64
     seq_len=1024,  # its whole context: long-context prompts and 256-token answers are trained at full length
     batch_size=8,
     train_steps=800,
-    lr=3e-3,
     chat_fraction=0.75,
     num_chat_docs=12000,
-    num_prompts=256,  # the mixed held-out split: the task kinds in turn
-    num_train_prompts=4096,
     tasks=("completion", "edit", "long_context", "multi_turn"),
-    workload_prompts=64,
+    workload_prompts=64,  # the mixed held-out split (num_prompts=256) holds the kinds in turn
     max_answer_tokens=256,
     bf16=True,
 )
