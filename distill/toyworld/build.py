@@ -15,9 +15,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from filelock import FileLock
+from transformers import PreTrainedTokenizerFast
 
 from distill.toyworld import corpus, tasks
 from distill.toyworld.config import SIZES, WorldConfig
@@ -71,7 +73,10 @@ def cache_root() -> Path:
 
 
 def _world_key(cfg: WorldConfig, corpus_digest: str) -> str:
-    payload = json.dumps({"cfg": cfg.key_fields(), "corpus": corpus_digest, "v": BUILDER_VERSION}, sort_keys=True)
+    fields = {"cfg": cfg.key_fields(), "corpus": corpus_digest, "v": BUILDER_VERSION}
+    if cfg.tasks:  # the task documents' format (worlds without task kinds keep their keys)
+        fields["tasks_format"] = tasks.FORMAT_VERSION
+    payload = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
@@ -166,20 +171,37 @@ def humaneval_rows() -> list[dict]:
     return [{"messages": c, "category": HUMANEVAL_SPLIT} for c in load_conversations(str(humaneval_file()), None)]
 
 
-def _build(cfg: WorldConfig, train_files, heldout_files, digest: str, out: Path) -> None:
-    t0 = time.perf_counter()
-    train_texts = [f.text for f in train_files]
-    tokenizer = train_tokenizer(train_texts, cfg.vocab_size)
-    t_tok = time.perf_counter() - t0
+@dataclass(frozen=True)
+class TrainingData:
+    """What a world's target is trained and scored on: its tokenizer and the token streams."""
 
+    tokenizer: PreTrainedTokenizerFast
+    code: torch.Tensor  # the train files, each closed by the end token
+    chat: torch.Tensor  # chat documents of the world's task kinds (or short continuations) from the train files
+    heldout: torch.Tensor  # the held-out files, as `code`
+    fits: Callable[[list[dict]], bool]  # whether a conversation fits the target's context (task worlds)
+
+
+def training_data(cfg: WorldConfig, train_files, heldout_files) -> TrainingData:
+    tokenizer = train_tokenizer([f.text for f in train_files], cfg.vocab_size)
     fits = _fits(tokenizer, cfg) if cfg.max_answer_tokens else (lambda doc: True)
     chat_docs = [doc for _, doc in _documents(cfg, train_files, cfg.num_chat_docs, cfg.seed, fits)]
-    code_stream = _token_stream(tokenizer, train_texts)
-    chat_stream = _chat_stream(tokenizer, chat_docs)
-    heldout_stream = _token_stream(tokenizer, [f.text for f in heldout_files])
+    return TrainingData(
+        tokenizer=tokenizer,
+        code=_token_stream(tokenizer, [f.text for f in train_files]),
+        chat=_chat_stream(tokenizer, chat_docs),
+        heldout=_token_stream(tokenizer, [f.text for f in heldout_files]),
+        fits=fits,
+    )
+
+
+def _build(cfg: WorldConfig, train_files, heldout_files, digest: str, out: Path) -> None:
+    t0 = time.perf_counter()
+    data = training_data(cfg, train_files, heldout_files)
+    tokenizer, fits, code_stream, heldout_stream = data.tokenizer, data.fits, data.code, data.heldout
 
     model = build_target(cfg, tokenizer)
-    stats = train_target(model, cfg, code_stream, chat_stream)
+    stats = train_target(model, cfg, code_stream, data.chat)
     losses = {f"heldout_loss_{n}": round(heldout_loss(model, heldout_stream, n), 4) for n in {128, cfg.seq_len}}
 
     model.save_pretrained(out / "target")
@@ -199,9 +221,8 @@ def _build(cfg: WorldConfig, train_files, heldout_files, digest: str, out: Path)
         "splits": list(world_splits(cfg)),
         "corpus_hash": digest,
         "corpus_files": {"train": len(train_files), "heldout": len(heldout_files)},
-        "corpus_tokens": {"code": len(code_stream), "chat": len(chat_stream), "heldout": len(heldout_stream)},
+        "corpus_tokens": {"code": len(code_stream), "chat": len(data.chat), "heldout": len(heldout_stream)},
         "parameters": sum(p.numel() for p in model.parameters()),
-        "tokenizer_seconds": round(t_tok, 1),
         **stats,
         "heldout_loss": losses[f"heldout_loss_{cfg.seq_len}"],
         **losses,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Callable, Optional
 
 import torch
 from tqdm.auto import tqdm
@@ -42,8 +43,34 @@ def build_target(cfg: WorldConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaF
 
 
 def _windows(stream: torch.Tensor, n: int, seq_len: int, gen: torch.Generator) -> torch.Tensor:
+    if n == 0:  # a batch all from the other stream (a small batch, or chat_fraction 0 or 1)
+        return stream.new_empty((0, seq_len))
     starts = torch.randint(0, len(stream) - seq_len - 1, (n,), generator=gen)
     return torch.stack([stream[s : s + seq_len] for s in starts.tolist()])  # (n, T)
+
+
+def lr_factor(cfg: WorldConfig):
+    """The schedule's multiplier of cfg.lr at each step: linear warm-up, then cosine or warmup-stable-decay (wsd with
+    decay_fraction 0: constant)."""
+    warmup = cfg.warmup_steps or max(1, cfg.train_steps // 20)
+    decay = cfg.train_steps * cfg.decay_fraction
+    if cfg.schedule not in ("cosine", "wsd"):
+        raise ValueError(f"toy world {cfg.name}: schedule {cfg.schedule!r} is not 'cosine' or 'wsd'")
+
+    def factor(step: int) -> float:
+        ramp = min(1.0, (step + 1) / warmup)
+        if cfg.schedule == "cosine":
+            return ramp * 0.5 * (1 + math.cos(math.pi * min(1.0, step / cfg.train_steps)))
+        return ramp * (min(1.0, max(0.0, (cfg.train_steps - step) / decay)) if decay else 1.0)
+
+    return factor
+
+
+def _loss_and_grads(model: LlamaForCausalLM, batch: torch.Tensor, bf16: bool) -> torch.Tensor:
+    with torch.autocast(batch.device.type, dtype=torch.bfloat16, enabled=bf16):
+        loss = model(input_ids=batch, labels=batch).loss
+    loss.backward()
+    return loss
 
 
 def train_target(
@@ -51,35 +78,48 @@ def train_target(
     cfg: WorldConfig,
     code_stream: torch.Tensor,
     chat_stream: torch.Tensor,
+    on_eval: Optional[Callable[[int, LlamaForCausalLM, float], None]] = None,
+    eval_every: int = 0,
 ) -> dict:
     """Next-token training on random windows of the code and chat token streams (weights and optimizer in fp32;
-    cfg.bf16: the matmuls under bf16 autocast)."""
+    cfg.bf16: the matmuls under bf16 autocast; cfg.compile: the forward and backward compiled, eager if that fails).
+    `on_eval(step, model, train_loss)` is called in eval mode every `eval_every` steps and after the last
+    (scripts/sweep_copy.py watches a target learn to copy)."""
     gen = torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.95))
-    warmup = max(1, cfg.train_steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt,
-        lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / cfg.train_steps))),
-    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
+    step_fn = torch.compile(_loss_and_grads) if cfg.compile else _loss_and_grads
     n_chat = round(cfg.batch_size * cfg.chat_fraction)
     model.train()
     start, loss = time.perf_counter(), torch.tensor(0.0)
-    bar = tqdm(range(cfg.train_steps), desc=f"toy world: training {cfg.name} target", leave=False)
-    for _ in bar:
+    bar = tqdm(total=cfg.train_steps, desc=f"toy world: training {cfg.name} target", leave=False)
+    for step in range(1, cfg.train_steps + 1):
         batch = torch.cat(
             [
                 _windows(code_stream, cfg.batch_size - n_chat, cfg.seq_len, gen),
                 _windows(chat_stream, n_chat, cfg.seq_len, gen),
             ]
         )
-        with torch.autocast(batch.device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
-            loss = model(input_ids=batch, labels=batch).loss
-        loss.backward()
+        try:
+            loss = step_fn(model, batch, cfg.bf16)
+        except Exception as err:  # a compiler missing or failing on this machine: the same step, eager
+            if step_fn is _loss_and_grads:
+                raise
+            print(f"toy world: torch.compile failed ({type(err).__name__}); training eagerly", flush=True)
+            opt.zero_grad(set_to_none=True)
+            step_fn = _loss_and_grads
+            loss = step_fn(model, batch, cfg.bf16)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
-        bar.set_postfix(loss=f"{loss.item():.3f}")  # host sync once per step: fine off the hot path
+        bar.update()
+        bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{sched.get_last_lr()[0]:.1e}")  # one host sync a step
+        if on_eval and eval_every and (step % eval_every == 0 or step == cfg.train_steps):
+            model.eval()
+            on_eval(step, model, loss.item())
+            model.train()
+    bar.close()
     model.eval()
     elapsed = time.perf_counter() - start
     tokens = cfg.train_steps * cfg.batch_size * cfg.seq_len

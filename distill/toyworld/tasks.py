@@ -1,8 +1,8 @@
 """The toy world's chat tasks, built from stdlib sources: the kinds of request that decide how speculation pays.
 
 - completion: a code prefix; the answer continues it (the target's own text: what a draft LM learns).
-- edit: an instruction and a code block; the answer is the block again with one change (rename, re-indent,
-  add a line, drop the comments) — most of it copied from the prompt, as in code edits.
+- edit: an instruction and a fenced code block; the answer is the block again, fenced, with one change (rename,
+  re-indent, add a line, drop the comments) — most of it copied from the prompt, as in code edits.
 - long_context: a long stretch of a file and a question; the answer quotes the text (a function, a docstring,
   the names it defines) — the summarisation/RAG analogue.
 - multi_turn: a completion or quote, then an edit of that first answer — the second answer copies the first.
@@ -20,6 +20,9 @@ from typing import Callable, Optional
 from distill.toyworld.corpus import SourceFile
 
 KINDS = ("completion", "edit", "long_context", "multi_turn")
+# Bumped when a kind's documents change (part of a task world's cache key). 2: edits fence their code and add
+# lines at the end.
+FORMAT_VERSION = 2
 _IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]{2,}\b")
 _DEF = re.compile(r"^(\s*)(?:async\s+)?(def|class)\s+([A-Za-z_][A-Za-z0-9_]*)")
 _RESERVED = set(keyword.kwlist) | {"self", "cls", "None", "True", "False", "print", "len", "str", "int", "dict"}
@@ -74,8 +77,9 @@ def _reindent(rng: random.Random, code: str, names: list[str]) -> Optional[tuple
 
 
 def _add_line(rng: random.Random, code: str, names: list[str]) -> Optional[tuple[str, str]]:
+    """At the end: an answer opening with a new line teaches "after the fence comes an import", not the block."""
     line = rng.choice(_IMPORTS)
-    return f"Add the line `{line}` at the top.", f"{line}\n{code}"
+    return f"Add the line `{line}` at the end.", f"{code if code.endswith(chr(10)) else code + chr(10)}{line}\n"
 
 
 def _drop_comments(rng: random.Random, code: str, names: list[str]) -> Optional[tuple[str, str]]:
@@ -96,8 +100,14 @@ def apply_edit(rng: random.Random, code: str, names: list[str]) -> Optional[tupl
     return None
 
 
+def fenced(code: str) -> str:
+    """A code block as chat models write one. In an edit, the answer's opening fence repeats the prompt's, so a model
+    that copies knows where the block it repeats begins (without it, greedy answers went astray at the first token)."""
+    return f"```python\n{code if code.endswith(chr(10)) else code + chr(10)}```"
+
+
 def edit(rng: random.Random, lines: list[str], names: list[str]) -> Optional[Doc]:
-    """An edit of a 6–30 line block: the answer copies the block with the change."""
+    """An edit of a 6–30 line block, fenced: the answer copies the block with the change."""
     span = _span(rng, lines, 6, 30)
     while span and len("".join(span)) > 1000:
         span = span[:-1]
@@ -105,7 +115,7 @@ def edit(rng: random.Random, lines: list[str], names: list[str]) -> Optional[Doc
         return None
     code = "".join(span)
     done = apply_edit(rng, code, names)
-    return _chat(f"{done[0]}\n\n{code}", done[1]) if done else None
+    return _chat(f"{done[0]}\n\n{fenced(code)}", fenced(done[1])) if done else None
 
 
 # ---- long context -----------------------------------------------------------------------------------------------
@@ -166,7 +176,7 @@ def _follow_up(instruction: str) -> str:
     if instruction.startswith("Rename"):
         return instruction.replace("Rename", "In your answer, rename", 1)
     if instruction.startswith("Add the line"):
-        return instruction.replace("at the top.", "at the top of your answer.")
+        return instruction.replace("at the end.", "at the end of your answer.")
     return {"Use 2-space indentation.": "Rewrite your answer with 2-space indentation."}.get(
         instruction, "Remove the comment lines from your answer."
     )

@@ -1,8 +1,13 @@
 import json
+from dataclasses import replace
 
-from transformers import AutoConfig
+import pytest
+import torch
+from transformers import AutoConfig, LlamaForCausalLM
 
 from distill.toyworld import load_world
+from distill.toyworld.config import MICRO, TOY
+from distill.toyworld.target import lr_factor, target_config, train_target
 
 
 def test_micro_world_is_cached_and_complete(micro_world):
@@ -21,3 +26,49 @@ def test_micro_world_is_cached_and_complete(micro_world):
 def test_chat_template_has_generation_markers(tokenizer):
     assert "{% generation %}" in tokenizer.chat_template
     assert tokenizer.eos_token == "<|end|>" and tokenizer.pad_token == "<|pad|>"
+
+
+def test_world_keys_ignore_new_fields_at_their_defaults():
+    """A knob added to the builder must not rebuild the worlds users already cached (the toy world takes ~18 min)."""
+    assert TOY.key_fields() == {k: v for k, v in TOY.as_dict().items() if k in _V2_FIELDS}
+    assert replace(TOY, schedule="wsd").key_fields()["schedule"] == "wsd"  # a changed knob does count
+
+
+_V2_FIELDS = {
+    *"name corpus_bytes vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads".split(),
+    *"seq_len batch_size train_steps lr chat_fraction num_chat_docs num_prompts num_train_prompts seed".split(),
+}
+
+
+def test_warmup_stable_decay_schedule():
+    """wsd: a linear warm-up, the full rate until the last decay_fraction of the steps, then linearly to zero."""
+    f = lr_factor(replace(TOY, train_steps=100, warmup_steps=10, schedule="wsd", decay_fraction=0.2))
+    assert [f(s) for s in (0, 9, 10, 50, 80)] == [0.1, 1.0, 1.0, 1.0, 1.0]
+    assert f(90) == pytest.approx(0.5) and f(99) == pytest.approx(0.05)
+    constant = lr_factor(replace(TOY, train_steps=100, warmup_steps=10, schedule="wsd", decay_fraction=0))
+    assert [constant(s) for s in (4, 10, 99)] == [0.5, 1.0, 1.0]
+    cosine = lr_factor(replace(TOY, train_steps=100))  # the toy world's: warm-up train_steps // 20, then cosine
+    assert cosine(0) == pytest.approx(0.2) and cosine(50) == pytest.approx(0.5) and cosine(99) < 0.001
+    with pytest.raises(ValueError, match="schedule 'linear'"):
+        lr_factor(replace(TOY, schedule="linear"))
+
+
+def test_compile_failure_falls_back_to_eager(monkeypatch, capsys):
+    """No C++ compiler on the user's machine: the target still trains, eagerly, and says so once."""
+
+    def broken_compile(fn):
+        def run(*args):
+            raise RuntimeError("no compiler")
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    cfg = replace(MICRO, train_steps=3, batch_size=2, seq_len=16, compile=True)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(target_config(cfg))
+    before = [p.detach().clone() for p in model.parameters()]
+    stream = torch.randint(2, cfg.vocab_size, (200,))
+    stats = train_target(model, cfg, stream, stream)
+    assert capsys.readouterr().out.count("torch.compile failed (RuntimeError); training eagerly") == 1
+    assert stats["train_tokens"] == 3 * 2 * 16
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))

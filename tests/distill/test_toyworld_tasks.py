@@ -52,12 +52,25 @@ def test_edits_do_what_the_instruction_says():
                 assert after == " " * (indent // 2) + before.lstrip(" ")
         elif instruction.startswith("Add the line"):
             (line,) = re.findall(r"`([^`]+)`", instruction)
-            assert out == f"{line}\n{CODE}"
+            assert out == f"{CODE}{line}\n" and instruction.endswith("at the end.")
         else:
             assert instruction == "Remove the comment lines." and out == "".join(
                 ln for ln in CODE.splitlines(keepends=True) if not ln.lstrip().startswith("#")
             )
     assert seen == {"Rename", "Use", "Add", "Remove"}
+
+
+def test_edits_fence_the_block_and_the_answer():
+    """The answer's opening fence repeats the prompt's: the anchor a copying model starts from."""
+    lines = (CODE * 2).splitlines(keepends=True)
+    docs = [d for seed in range(20) if (d := tasks.edit(random.Random(seed), lines, ["renamed_thing"]))]
+    assert len(docs) >= 10
+    for doc in docs:
+        instruction, block = doc[0]["content"].split("\n\n", 1)
+        assert block.startswith("```python\n") and block.endswith("\n```")
+        code, answer = block[len("```python\n") : -3], doc[1]["content"]
+        assert answer.startswith("```python\n") and answer.endswith("\n```")
+        assert code in CODE * 2 and answer[len("```python\n") : -3] != code
 
 
 def test_long_context_answers_quote_the_text():
@@ -142,7 +155,8 @@ def test_a_world_with_task_kinds_writes_a_workload_per_kind(task_world):
             answer = tokenizer(messages[-1]["content"], add_special_tokens=False)["input_ids"]
             assert len(answer) <= 256 and len(prompt["input_ids"]) + 256 + 16 <= 1024
         if kind == "edit":  # held out: the edited code comes from held-out files
-            assert all(r["messages"][0]["content"].split("\n\n", 1)[1] in heldout_text for r in rows)
+            blocks = [r["messages"][0]["content"].split("\n\n", 1)[1] for r in rows]
+            assert all(b.startswith("```python\n") and b[len("```python\n") : -3] in heldout_text for b in blocks)
     repeated = [json.loads(line) for line in world.prompts_file("heldout_repeated").read_text().splitlines()]
     assert repeated == mixed + mixed  # the 8 held-out requests (one block of up to 16), then again
 
