@@ -1,8 +1,8 @@
 """How much the toy target behaves like a real LLM where speculation is decided: one JSON line of its figures.
 
 For each toy world given (a size, built if needed, or a world directory, e.g. an older cached build), greedy
-answers of up to --max-new-tokens to held-out prompts of each task kind (the `toy` world's workload splits),
-decoded with transformers' generate. Figures:
+answers of up to --max-new-tokens to held-out prompts of each task kind (--prompts-from: the `chat` world's
+workload splits), decoded with transformers' generate. Figures:
 - heldout_loss: the build's held-out next-token loss (nats) at 128-token windows and at the world's context;
 - copy rate on `edit` (and every kind): the share of the reference answer's tokens the greedy answer reproduces
   in order (difflib matching blocks over token ids) — the old world reproduced 2–7 % of a repeated block;
@@ -10,8 +10,8 @@ decoded with transformers' generate. Figures:
 - degenerate-loop rate: answers whose last 64 tokens repeat with a period of at most 16 tokens;
 - ended: answers that closed with the end token within the budget; build_seconds from the build.
 
-    python scripts/bench_toy_world.py                         # the toy world
-    python scripts/bench_toy_world.py --world toy --world ~/.cache/drafthub/toyworld/toy-7ad3013138a2
+    python scripts/bench_toy_world.py                         # the toy world, asked the chat world's prompts
+    python scripts/bench_toy_world.py --world toy --world chat --world ~/.cache/drafthub/toyworld/chat-8ad7ae563d3c
 """
 
 from __future__ import annotations
@@ -96,7 +96,9 @@ def world_figures(root: Path, prompts_root: Path, num: int, max_new: int) -> dic
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--world", action="append", help="a size (micro, toy) or a world directory; repeatable")
-    parser.add_argument("--prompts-from", default="toy", help="the world whose workload splits are asked")
+    parser.add_argument(
+        "--prompts-from", default="chat", help="the world whose workload splits are asked (one with task kinds)"
+    )
     parser.add_argument("--num-prompts", type=int, default=32, help="per task kind")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     args = parser.parse_args()
@@ -106,9 +108,10 @@ def main() -> None:
     def root_of(name: str) -> Path:
         return load_world(name).root if name in SIZES else Path(name).expanduser()
 
+    if args.prompts_from not in SIZES or not SIZES[args.prompts_from].tasks:
+        with_kinds = [name for name, cfg in SIZES.items() if cfg.tasks]
+        raise SystemExit(f"error: --prompts-from {args.prompts_from!r} has no task-kind splits; use {with_kinds}")
     prompts_world = load_world(args.prompts_from)
-    for kind in KINDS:
-        prompts_world.prompts_file(kind)
     result = {
         "max_new_tokens": args.max_new_tokens,
         "worlds": [
