@@ -198,20 +198,19 @@ def training_data(cfg: WorldConfig, train_files, heldout_files) -> TrainingData:
 def _build(cfg: WorldConfig, train_files, heldout_files, digest: str, out: Path) -> None:
     t0 = time.perf_counter()
     data = training_data(cfg, train_files, heldout_files)
-    tokenizer, fits, code_stream, heldout_stream = data.tokenizer, data.fits, data.code, data.heldout
 
-    model = build_target(cfg, tokenizer)
-    stats = train_target(model, cfg, code_stream, data.chat)
-    losses = {f"heldout_loss_{n}": round(heldout_loss(model, heldout_stream, n), 4) for n in {128, cfg.seq_len}}
+    model = build_target(cfg, data.tokenizer)
+    stats = train_target(model, cfg, data.code, data.chat)
+    losses = {f"heldout_loss_{n}": round(heldout_loss(model, data.heldout, n), 4) for n in {128, cfg.seq_len}}
 
     model.save_pretrained(out / "target")
-    tokenizer.save_pretrained(out / "target")
+    data.tokenizer.save_pretrained(out / "target")
     # Distill prompts come from train files (a fresh seed), eval prompts from held-out files: the mixed held-out
     # split holds the task kinds in turn, each kind's workload split its first workload_prompts.
-    train_prompts = _documents(cfg, train_files, cfg.num_train_prompts, cfg.seed + 1, fits)
+    train_prompts = _documents(cfg, train_files, cfg.num_train_prompts, cfg.seed + 1, data.fits)
     _write_prompts(out / "prompts" / "train.jsonl", train_prompts)
     num_heldout = max(cfg.num_prompts, cfg.workload_prompts * len(cfg.tasks))
-    heldout = _documents(cfg, heldout_files, num_heldout, cfg.seed + 2, fits)
+    heldout = _documents(cfg, heldout_files, num_heldout, cfg.seed + 2, data.fits)
     _write_prompts(out / "prompts" / "heldout.jsonl", heldout[: cfg.num_prompts])
     for kind in cfg.tasks:
         _write_prompts(out / "prompts" / f"{kind}.jsonl", [d for d in heldout if d[0] == kind][: cfg.workload_prompts])
@@ -221,7 +220,7 @@ def _build(cfg: WorldConfig, train_files, heldout_files, digest: str, out: Path)
         "splits": list(world_splits(cfg)),
         "corpus_hash": digest,
         "corpus_files": {"train": len(train_files), "heldout": len(heldout_files)},
-        "corpus_tokens": {"code": len(code_stream), "chat": len(data.chat), "heldout": len(heldout_stream)},
+        "corpus_tokens": {"code": len(data.code), "chat": len(data.chat), "heldout": len(data.heldout)},
         "parameters": sum(p.numel() for p in model.parameters()),
         **stats,
         "heldout_loss": losses[f"heldout_loss_{cfg.seq_len}"],
