@@ -6,9 +6,11 @@ and prints one JSON line per evaluation point: tokens seen, train loss, held-out
 per task kind the teacher-forced answer accuracy on held-out prompts — the share of the reference answer's tokens
 the target predicts given the answer so far. A target that cannot copy stays near 0.25 on `edit`, whose answers
 repeat most of the prompt; one that copies climbs past 0.6 (train/README.md, "What makes a toy target copy").
+After the last step, greedy answers to 16 prompts per kind show whether it copies when it decodes alone: the
+reference's share reproduced, the share prompt lookup could draft, and the loop rate (as scripts/bench_toy_world.py).
 
 Meant for a GPU (a 3,000-step setting takes minutes there; --workers settings train side by side on one device),
-runs anywhere (--device cpu: about a second a step for the chat world's target on 2 cores):
+runs anywhere (--device cpu: about half a second a step for the chat world's target on 2 cores):
 
     python scripts/sweep_copy.py --world chat --settings sweep.json --device cuda --workers 10 --out runs.jsonl
 """
@@ -22,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from bench_toy_world import degenerate, from_prompt, reproduced
 
 from distill.toyworld import corpus, tasks
 from distill.toyworld.build import training_data
@@ -29,6 +32,7 @@ from distill.toyworld.config import SIZES, WorldConfig
 from distill.toyworld.target import build_target, heldout_loss, train_target
 
 EVAL_PROMPTS = 48  # held-out prompts per task kind
+GREEDY_PROMPTS, GREEDY_TOKENS = 16, 256  # greedy answers per task kind after the last step, and their length
 
 
 def eval_prompts(cfg: WorldConfig, data, heldout_files) -> dict[str, list[tuple[list[int], int]]]:
@@ -59,7 +63,30 @@ def answer_accuracy(model, rows: list[tuple[list[int], int]], bf16: bool) -> flo
     return round(hit[scored[:, 1:]].float().mean().item(), 4)
 
 
-def run_setting(world: str, setting: dict, device: str, every: int, emit) -> None:
+@torch.no_grad()
+def greedy_figures(model, rows: list[tuple[list[int], int]], tokenizer) -> dict:
+    """What greedy decoding does with the first GREEDY_PROMPTS prompts (scripts/bench_toy_world.py's figures):
+    the reference answer's share it reproduces, the share of its tokens prompt lookup could draft, the loop rate."""
+    device = next(model.parameters()).device
+    rows = rows[:GREEDY_PROMPTS]
+    width = max(start for _, start in rows)
+    x = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(x)
+    for i, (ids, start) in enumerate(rows):  # left padded, as generate expects
+        x[i, width - start :], mask[i, width - start :] = torch.tensor(ids[:start]), 1
+    out = model.generate(
+        input_ids=x.to(device), attention_mask=mask.to(device), max_new_tokens=GREEDY_TOKENS, do_sample=False
+    )[:, width:].tolist()
+    answers = [a[: a.index(tokenizer.eos_token_id)] if tokenizer.eos_token_id in a else a for a in out]
+    n = len(rows)
+    return {
+        "copy_rate": round(sum(reproduced(a, ids[start:-1]) for a, (ids, start) in zip(answers, rows)) / n, 3),
+        "from_prompt": round(sum(from_prompt(a, ids[:start]) for a, (ids, start) in zip(answers, rows)) / n, 3),
+        "loops": round(sum(degenerate(a) for a in answers) / n, 3),
+    }
+
+
+def run_setting(world: str, setting: dict, device: str, every: int, emit, greedy: bool = True) -> None:
     name, fields = setting["name"], {k: v for k, v in setting.items() if k != "name"}
     cfg = replace(SIZES[world], **fields)
     if not cfg.tasks:
@@ -75,6 +102,8 @@ def run_setting(world: str, setting: dict, device: str, every: int, emit) -> Non
         record = {"setting": name, "step": step, "tokens": step * cfg.batch_size * cfg.seq_len}
         record |= {"train_loss": round(train_loss, 4), "heldout_loss": round(heldout_loss(model, held, cfg.seq_len), 4)}
         record |= {f"{kind}_accuracy": answer_accuracy(model, rows, cfg.bf16) for kind, rows in prompts.items()}
+        if step == cfg.train_steps and greedy:
+            record |= {f"{kind}_greedy": greedy_figures(model, rows, data.tokenizer) for kind, rows in prompts.items()}
         emit(record)
 
     train_target(model, cfg, data.code.to(device), data.chat.to(device), on_eval=on_eval, eval_every=every)
@@ -91,7 +120,7 @@ def _worker(rank: int, workers: int, args: argparse.Namespace, settings: list[di
             print(json.dumps(record), flush=True)
 
         for setting in settings[rank::workers]:
-            run_setting(args.world, setting, args.device, args.eval_every, emit)
+            run_setting(args.world, setting, args.device, args.eval_every, emit, greedy=not args.no_greedy)
 
 
 def main(argv=None) -> int:
@@ -101,6 +130,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--workers", type=int, default=1, help="settings trained side by side (processes)")
     ap.add_argument("--eval-every", type=int, default=100, help="steps between evaluation points")
+    ap.add_argument("--no-greedy", action="store_true", help="skip the greedy answers after the last step")
     ap.add_argument("--out", type=Path, default=Path("sweep_copy.jsonl"), help="JSON lines (one file per worker)")
     args = ap.parse_args(argv)
     if args.world not in SIZES:

@@ -51,6 +51,10 @@ def test_a_setting_prints_a_line_per_evaluation_point(tmp_path, capsys):
     for r in records:
         assert {f"{k}_accuracy" for k in ("completion", "edit", "long_context", "multi_turn")} < set(r)
         assert 0 <= r["edit_accuracy"] < 0.2 and r["heldout_loss"] > 5  # two steps: nothing learnt yet
+    assert "edit_greedy" not in records[0]  # greedy answers after the last step only
+    for kind in ("completion", "edit", "long_context", "multi_turn"):
+        assert set(records[1][f"{kind}_greedy"]) == {"copy_rate", "from_prompt", "loops"}
+        assert all(0 <= v <= 1 for v in records[1][f"{kind}_greedy"].values())
     assert capsys.readouterr().out.count('"setting": "small"') == 2
 
 

@@ -1,6 +1,7 @@
 """The toy world's chat tasks, built from stdlib sources: the kinds of request that decide how speculation pays.
 
-- completion: a code prefix; the answer continues it (the target's own text: what a draft LM learns).
+- completion: a code prefix stopping inside a function or class; the answer finishes it (the target's own text: what
+  a draft LM learns).
 - edit: an instruction and a fenced code block; the answer is the block again, fenced, with one change (rename,
   re-indent, add a line, drop the comments) — most of it copied from the prompt, as in code edits.
 - long_context: a long stretch of a file and a question; the answer quotes the text (a function, a docstring,
@@ -21,8 +22,8 @@ from distill.toyworld.corpus import SourceFile
 
 KINDS = ("completion", "edit", "long_context", "multi_turn")
 # Bumped when a kind's documents change (part of a task world's cache key). 2: edits fence their code and add
-# lines at the end.
-FORMAT_VERSION = 2
+# lines at the end. 3: completions finish a function or class.
+FORMAT_VERSION = 3
 _IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]{2,}\b")
 _DEF = re.compile(r"^(\s*)(?:async\s+)?(def|class)\s+([A-Za-z_][A-Za-z0-9_]*)")
 _RESERVED = set(keyword.kwlist) | {"self", "cls", "None", "True", "False", "print", "len", "str", "int", "dict"}
@@ -46,12 +47,18 @@ def _span(rng: random.Random, lines: list[str], low: int, high: int) -> Optional
 
 
 def completion(rng: random.Random, lines: list[str]) -> Optional[Doc]:
-    """Continue a code prefix by a few to twenty lines."""
+    """A code prefix that stops inside a function or class; the answer finishes it, ending where the block ends (as
+    an assistant completing a function stops there: an answer cut after a random number of lines gives no stop to
+    learn, and greedy answers ran on to their budget and looped)."""
     span = _span(rng, lines, 8, 48)
     if span is None:
         return None
-    cut = rng.randint(4, max(4, len(span) - 3))
-    prefix, cont = "".join(span[:cut]), "".join(span[cut : cut + rng.randint(3, 20)])
+    blocks = [b for b in _blocks(span) if 3 <= b[3] - b[2] <= 24]
+    if not blocks:
+        return None
+    _, _, first, end = rng.choice(blocks)
+    cut = rng.randint(first + 1, end - 2)
+    prefix, cont = "".join(span[:cut]), "".join(span[cut:end])
     return _chat(prefix, cont) if prefix.strip() and cont.strip() else None
 
 

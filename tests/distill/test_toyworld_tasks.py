@@ -86,6 +86,23 @@ def test_long_context_answers_quote_the_text():
             assert answer.strip() in prompt  # a quote: the function, the class or a docstring, verbatim
 
 
+def test_completions_finish_the_function_or_class_they_stop_in():
+    """The answer runs from the cut to the end of the enclosing block: a stop the target can learn (answers cut
+    after a random number of lines ran greedy decoding on to its budget, in loops)."""
+    lines = (CODE * 3).splitlines(keepends=True)
+    ends = {"        return handle.read()\n", "        self.values[key] = value\n", "        self.values = {}\n"}
+    made = 0
+    for seed in range(40):
+        doc = tasks.completion(random.Random(seed), lines)
+        if doc is None:
+            continue
+        made += 1
+        prefix, answer = doc[0]["content"], doc[1]["content"]
+        assert (prefix + answer) in CODE * 3 and answer.strip()
+        assert answer.splitlines(keepends=True)[-1] in ends  # the block's last line, nothing after it
+    assert made >= 20
+
+
 def test_multi_turn_second_answer_edits_the_first():
     files = [corpus.SourceFile(f"m{i}.py", CODE * 4) for i in range(3)]
     docs = tasks.documents(files, 12, seed=0, kinds=("multi_turn",))

@@ -194,3 +194,27 @@ def test_bakeoff_trains_every_family_on_the_same_data_and_evaluates_them_alike(t
     assert {r["category"] for r in index.values()} == set(CATEGORIES)
     board = (tmp_path / "hub" / "site" / "toyworld--micro" / "index.html").read_text()
     assert all(f"{name} v1</a>" in board for name in index)
+
+
+def test_every_chat_bakeoff_contender_fits_the_chat_target(tmp_path):
+    """The chat world's 4-layer target is too shallow for EAGLE-3's default fusion ([2, 2, 1]): the recipe's
+    per-contender layer ids must pass each family's target checks, as preflight runs them before any stage."""
+    from omegaconf import OmegaConf
+
+    from distill.toyworld.config import CHAT
+    from distill.toyworld.target import target_config
+    from heads.families import get_family
+    from train.bakeoff import contender_config
+
+    register_configs()
+    with initialize_config_module(config_module="conf", version_base=None):
+        shared = compose("config", overrides=["recipe=chat_bakeoff"])
+        contenders = [contender_config(n, shared, tmp_path / n, serve=None) for n in shared.bakeoff.recipes]
+    config = target_config(CHAT)
+    checked = set()
+    for cfg in contenders:
+        assert cfg.target.name_or_path == "toyworld:chat"
+        run = OmegaConf.to_object(cfg)
+        get_family(run.drafter.kind).check_target(run.drafter, config)
+        checked.add(run.drafter.kind)
+    assert {"eagle3", "peagle", "dflash"} <= checked
