@@ -106,7 +106,8 @@ def run_setting(world: str, setting: dict, device: str, every: int, emit, greedy
             record |= {f"{kind}_greedy": greedy_figures(model, rows, data.tokenizer) for kind, rows in prompts.items()}
         emit(record)
 
-    train_target(model, cfg, data.code.to(device), data.chat.to(device), on_eval=on_eval, eval_every=every)
+    code, chat = data.code.to(device), data.chat.to(device)
+    train_target(model, cfg, code, chat, on_eval=on_eval, eval_every=every, chat_starts=data.chat_starts)
 
 
 def _worker(rank: int, workers: int, args: argparse.Namespace, settings: list[dict]) -> None:

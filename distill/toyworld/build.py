@@ -126,11 +126,14 @@ def _token_stream(tokenizer, texts: list[str]) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def _chat_stream(tokenizer, docs: list[list[dict]]) -> torch.Tensor:
+def _chat_stream(tokenizer, docs: list[list[dict]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chat-templated documents, concatenated, and the offset where each starts."""
     ids: list[int] = []
+    starts: list[int] = []
     for doc in docs:
+        starts.append(len(ids))
         ids.extend(tokenizer.apply_chat_template(doc, tokenize=True, return_dict=True)["input_ids"])
-    return torch.tensor(ids, dtype=torch.long)
+    return torch.tensor(ids, dtype=torch.long), torch.tensor(starts, dtype=torch.long)
 
 
 def _write_prompts(path: Path, docs: list[tuple[str, list[dict]]]) -> None:
@@ -178,6 +181,7 @@ class TrainingData:
     tokenizer: PreTrainedTokenizerFast
     code: torch.Tensor  # the train files, each closed by the end token
     chat: torch.Tensor  # chat documents of the world's task kinds (or short continuations) from the train files
+    chat_starts: torch.Tensor  # where each chat document starts in `chat`
     heldout: torch.Tensor  # the held-out files, as `code`
     fits: Callable[[list[dict]], bool]  # whether a conversation fits the target's context (task worlds)
 
@@ -186,10 +190,12 @@ def training_data(cfg: WorldConfig, train_files, heldout_files) -> TrainingData:
     tokenizer = train_tokenizer([f.text for f in train_files], cfg.vocab_size)
     fits = _fits(tokenizer, cfg) if cfg.max_answer_tokens else (lambda doc: True)
     chat_docs = [doc for _, doc in _documents(cfg, train_files, cfg.num_chat_docs, cfg.seed, fits)]
+    chat, chat_starts = _chat_stream(tokenizer, chat_docs)
     return TrainingData(
         tokenizer=tokenizer,
         code=_token_stream(tokenizer, [f.text for f in train_files]),
-        chat=_chat_stream(tokenizer, chat_docs),
+        chat=chat,
+        chat_starts=chat_starts,
         heldout=_token_stream(tokenizer, [f.text for f in heldout_files]),
         fits=fits,
     )
@@ -200,7 +206,7 @@ def _build(cfg: WorldConfig, train_files, heldout_files, digest: str, out: Path)
     data = training_data(cfg, train_files, heldout_files)
 
     model = build_target(cfg, data.tokenizer)
-    stats = train_target(model, cfg, data.code, data.chat)
+    stats = train_target(model, cfg, data.code, data.chat, chat_starts=data.chat_starts)
     losses = {f"heldout_loss_{n}": round(heldout_loss(model, data.heldout, n), 4) for n in {128, cfg.seq_len}}
 
     model.save_pretrained(out / "target")

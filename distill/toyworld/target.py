@@ -42,10 +42,17 @@ def build_target(cfg: WorldConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaF
     return model
 
 
-def _windows(stream: torch.Tensor, n: int, seq_len: int, gen: torch.Generator) -> torch.Tensor:
+def _windows(
+    stream: torch.Tensor, n: int, seq_len: int, gen: torch.Generator, doc_starts: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """`n` windows of `seq_len` tokens at random offsets of `stream`, or at random entries of `doc_starts`."""
     if n == 0:  # a batch all from the other stream (a small batch, or chat_fraction 0 or 1)
         return stream.new_empty((0, seq_len))
-    starts = torch.randint(0, len(stream) - seq_len - 1, (n,), generator=gen)
+    if doc_starts is None:
+        starts = torch.randint(0, len(stream) - seq_len - 1, (n,), generator=gen)
+    else:
+        usable = doc_starts[doc_starts <= len(stream) - seq_len]
+        starts = usable[torch.randint(0, len(usable), (n,), generator=gen)]
     return torch.stack([stream[s : s + seq_len] for s in starts.tolist()])  # (n, T)
 
 
@@ -80,11 +87,18 @@ def train_target(
     chat_stream: torch.Tensor,
     on_eval: Optional[Callable[[int, LlamaForCausalLM, float], None]] = None,
     eval_every: int = 0,
+    chat_starts: Optional[torch.Tensor] = None,
 ) -> dict:
     """Next-token training on random windows of the code and chat token streams (weights and optimizer in fp32;
     cfg.bf16: the matmuls under bf16 autocast; cfg.compile: the forward and backward compiled, eager if that fails).
+    cfg.chat_windows "documents": chat windows start at `chat_starts`, the offsets of the chat documents.
     `on_eval(step, model, train_loss)` is called in eval mode every `eval_every` steps and after the last
     (scripts/sweep_copy.py watches a target learn to copy)."""
+    if cfg.chat_windows not in ("random", "documents"):
+        raise ValueError(f"toy world {cfg.name}: chat_windows {cfg.chat_windows!r} is not 'random' or 'documents'")
+    if cfg.chat_windows == "documents" and chat_starts is None:
+        raise ValueError(f"toy world {cfg.name}: chat_windows 'documents' needs the chat documents' offsets")
+    chat_starts = chat_starts if cfg.chat_windows == "documents" else None
     gen = torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
@@ -97,7 +111,7 @@ def train_target(
         batch = torch.cat(
             [
                 _windows(code_stream, cfg.batch_size - n_chat, cfg.seq_len, gen),
-                _windows(chat_stream, n_chat, cfg.seq_len, gen),
+                _windows(chat_stream, n_chat, cfg.seq_len, gen, chat_starts),
             ]
         )
         try:

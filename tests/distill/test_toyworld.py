@@ -6,8 +6,9 @@ import torch
 from transformers import AutoConfig, LlamaForCausalLM
 
 from distill.toyworld import load_world
-from distill.toyworld.config import MICRO, TOY
-from distill.toyworld.target import lr_factor, target_config, train_target
+from distill.toyworld.build import _chat_stream
+from distill.toyworld.config import CHAT, MICRO, TOY
+from distill.toyworld.target import _windows, lr_factor, target_config, train_target
 
 
 def test_micro_world_is_cached_and_complete(micro_world):
@@ -72,3 +73,26 @@ def test_compile_failure_falls_back_to_eager(monkeypatch, capsys):
     assert capsys.readouterr().out.count("torch.compile failed (RuntimeError); training eagerly") == 1
     assert stats["train_tokens"] == 3 * 2 * 16
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_document_windows_start_where_a_chat_document_starts(tokenizer):
+    """chat_windows "documents": every chat training window opens on a request's first token, so the request an
+    answer copies from is in the window; "random" keeps the older worlds' offsets (their keys unchanged)."""
+    docs = [[{"role": "user", "content": "x" * n}, {"role": "assistant", "content": "y"}] for n in (3, 40, 7, 90, 5)]
+    stream, starts = _chat_stream(tokenizer, docs)
+    assert starts.tolist()[0] == 0 and len(starts) == len(docs)
+    user = tokenizer.convert_tokens_to_ids("<|user|>")
+    assert all(stream[s] == user for s in starts.tolist())
+    windows = _windows(stream, 64, 8, torch.Generator().manual_seed(0), starts)
+    assert all(w[0] == user for w in windows)  # random offsets would mostly land inside a document
+    assert len({tuple(w.tolist()) for w in windows}) > 1  # drawn among the documents that leave a whole window
+    assert TOY.key_fields().get("chat_windows") is None and CHAT.key_fields()["chat_windows"] == "documents"
+
+
+def test_chat_windows_misconfigured_is_refused():
+    model = LlamaForCausalLM(target_config(replace(MICRO, seq_len=16)))
+    stream = torch.randint(2, MICRO.vocab_size, (200,))
+    with pytest.raises(ValueError, match="chat_windows 'middle' is not 'random' or 'documents'"):
+        train_target(model, replace(MICRO, chat_windows="middle"), stream, stream)
+    with pytest.raises(ValueError, match="needs the chat documents' offsets"):
+        train_target(model, replace(MICRO, chat_windows="documents"), stream, stream)
