@@ -75,6 +75,7 @@ CASES = [
     ("γ 0 in the sweep", "train", [*TRAIN, "eval.gamma_sweep=[0,2]"], "every eval.gamma_sweep value must be ≥ 1"),
     ("unknown overlong policy", "train", [*TRAIN, "eval.overlong_prompts=cut"], "eval.overlong_prompts='cut'; use"),
     ("unknown dtype", "train", [*TRAIN, "trainer.mixed_precision=fp8"], "trainer.mixed_precision='fp8'; use one of"),
+    ("cut share over 1", "train", [*TRAIN, "trainer.max_cut_share=2"], "trainer.max_cut_share=2.0 is a share"),
     ("negative learning rate", "train", [*TRAIN, "trainer.lr=-1"], "trainer.lr=-1.0 must be positive"),
     ("no new tokens", "train", [*TRAIN, "data.sampling.max_new_tokens=0"], "data.sampling.max_new_tokens=0 must be"),
     ("missing eval prompts file", "train", [*TRAIN, "eval_prompts={t}/none.jsonl"], "none.jsonl does not exist"),
@@ -311,3 +312,22 @@ def test_a_read_only_directory_is_not_locked(tmp_path):
         assert list(ro.iterdir()) == []
     finally:
         ro.chmod(0o755)
+
+
+def test_a_sequence_cap_that_cuts_the_answers_is_refused_before_training(tmp_path, micro_world, capsys):
+    """trainer.max_seq_len below the distilled samples' lengths would train on their prompts and drop their answers
+    (a default kept from shorter data): refused once the data is known, before the target loads; the distilled
+    data stays for the corrected rerun, and no checkpoint is written."""
+    run = tmp_path / "run"
+    small = ["target=micro", "data.max_prompts=16", "data.sampling.max_new_tokens=24", f"run_dir={run}"]
+    code, lines = _app("train", [*small, "stages=[distill,train]", "trainer.max_seq_len=64"], capsys)
+    errors = [line for line in lines if line.startswith("error:")]  # after the distill stage's progress lines
+    assert code == 2 and len(errors) == 1 and lines[-1] == errors[0], lines
+    assert re.fullmatch(
+        r"error: trainer\.max_seq_len=64 cuts (\d+) of 16 samples, and \d+\.\d% of the answer tokens with them "
+        r"\(the longest sample has (\d+) tokens\); set trainer\.max_seq_len=\2, distil with a lower "
+        r"data\.max_prompt_tokens or data\.sampling\.max_new_tokens, or accept the loss with a higher "
+        r"trainer\.max_cut_share",
+        errors[0],
+    ), lines
+    assert (run / "data" / "manifest.json").exists() and not (run / "checkpoints").exists()

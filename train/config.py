@@ -41,7 +41,10 @@ class TrainerConfig:
     max_steps: int = 300  # optimizer steps
     batch_size: int = 16  # global micro-batch (sequences), split across processes
     grad_accum: int = 1  # micro-batches per optimizer step
-    max_seq_len: int = 512  # longer samples are cut
+    max_seq_len: int = 512  # longer samples are cut (with their answers' tails: see max_cut_share)
+    # the share of the data's answer tokens max_seq_len may cut off before the train stage refuses (a cap kept from
+    # shorter data); set it higher to accept the loss as the price of a memory budget
+    max_cut_share: float = field(default=0.1, metadata=NO_EFFECT)
     max_grad_norm: float = 1.0
     mixed_precision: str = "auto"  # auto (bf16 on a capable GPU, else no) | no | bf16 | fp16
     # the frozen target across processes: auto (sharded under a DeepSpeed ZeRO-3 or FSDP launch, else replicated)

@@ -7,6 +7,9 @@ so the global batch is the same for any number of processes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import pyarrow.compute as pc
 import torch
 
 
@@ -62,3 +65,44 @@ def collate(
         attn[i, :n] = 1
         lmask[i, :n] = torch.tensor(m[:n])
     return {"input_ids": ids, "attention_mask": attn, "loss_mask": lmask}
+
+
+@dataclass(frozen=True)
+class LengthCut:
+    """What trainer.max_seq_len cuts off a dataset: samples, and the answer (loss-masked) tokens they lose."""
+
+    max_seq_len: int
+    samples: int  # in the dataset
+    samples_cut: int  # longer than max_seq_len, losing answer tokens
+    answer_tokens: int
+    answer_tokens_cut: int
+    longest: int  # the longest sample's length
+
+    @property
+    def share(self) -> float:
+        return self.answer_tokens_cut / max(1, self.answer_tokens)
+
+    def message(self) -> str:
+        return (
+            f"trainer.max_seq_len={self.max_seq_len} cuts {self.samples_cut} of {self.samples} samples, and "
+            f"{self.share:.1%} of the answer tokens with them (the longest sample has {self.longest} tokens); "
+            f"set trainer.max_seq_len={self.longest}, distil with a lower data.max_prompt_tokens or "
+            "data.sampling.max_new_tokens, or accept the loss with a higher trainer.max_cut_share"
+        )
+
+
+def length_cut(dataset, max_seq_len: int) -> LengthCut:
+    """Measure the cut from the dataset's Arrow columns (the mask is read only for the samples that are too long)."""
+    lengths = pc.list_value_length(dataset.data.column("input_ids")).to_pylist()
+    masks = dataset.data.column("loss_mask")
+    answer = int(pc.sum(pc.list_flatten(masks)).as_py() or 0)
+    long_rows = [i for i, n in enumerate(lengths) if n > max_seq_len]
+    lost = [sum(m[max_seq_len:]) for m in dataset.select(long_rows)["loss_mask"]] if long_rows else []
+    return LengthCut(
+        max_seq_len=max_seq_len,
+        samples=len(lengths),
+        samples_cut=sum(1 for n in lost if n),
+        answer_tokens=answer,
+        answer_tokens_cut=sum(lost),
+        longest=max(lengths, default=0),
+    )

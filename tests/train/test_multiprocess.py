@@ -33,6 +33,7 @@ TRAIN = [
     "trainer.log_every=1",
     "trainer.lr=1e-2",
     "trainer.max_seq_len=160",
+    "trainer.max_cut_share=1",  # the cut is the point (see above), accepted explicitly
 ]
 CPU_DDP = [
     "--multi_gpu",

@@ -89,6 +89,8 @@ def _check_sizes(cfg: RunConfig) -> None:
     }.items():
         if value < 0:
             raise PipelineError(f"{key}={value} must be 0 or more")
+    if not 0 <= t.max_cut_share <= 1:
+        raise PipelineError(f"trainer.max_cut_share={t.max_cut_share} is a share of the answer tokens, 0 to 1")
     if not t.lr > 0:
         raise PipelineError(f"trainer.lr={t.lr} must be positive")
     if t.mixed_precision not in PRECISIONS:

@@ -14,6 +14,7 @@ from distill.shards import load_distilled
 from distill.target import load_tokenizer, padding_id
 from distill.target_heads import load_target_heads
 from heads.formats.staging import atomic_write_text, staged_directory
+from train.data import LengthCut, length_cut
 from train.distributed import assign_state, build_accelerator, full_state_dict, launched_processes
 from train.errors import PipelineError
 from train.loop import train_loop
@@ -39,6 +40,15 @@ def training_data(cfg, samples: int) -> dict:
     }
 
 
+def check_length_cut(cut: LengthCut, max_share: float) -> None:
+    """Answer tokens past trainer.max_seq_len are never trained on: refused when they are more than
+    trainer.max_cut_share of the data (a setting kept from shorter data), said in one line otherwise."""
+    if cut.share > max_share:
+        raise PipelineError(cut.message())
+    if cut.answer_tokens_cut:
+        print(f"[train] warning: {cut.message()}", flush=True)
+
+
 def launcher(accelerator) -> str:
     """deepspeed_zero3 | fsdp | other: what `accelerate launch` set up, for trainer.target_sharding=auto."""
     if accelerator.distributed_type == DistributedType.DEEPSPEED:
@@ -59,6 +69,8 @@ def train_stage(run: Run) -> dict:
             f"trainer.batch_size={cfg.trainer.batch_size} is the global batch and must split evenly over {processes} "
             f"processes; make it a multiple of {processes}"
         )
+    dataset = load_distilled(paths.data)
+    check_length_cut(length_cut(dataset, cfg.trainer.max_seq_len), cfg.trainer.max_cut_share)
     setup = training_setup(cfg.drafter.kind)
     # First, so that under `accelerate launch` every process waits here until the main one has distilled.
     accelerator = build_accelerator(cfg.trainer, paths.root)
@@ -78,7 +90,7 @@ def train_stage(run: Run) -> dict:
         cfg,
         target,
         tokenizer,
-        load_distilled(paths.data),
+        dataset,
         paths,
         device,
         accelerator.process_index,
