@@ -45,13 +45,23 @@ PART = "part.json"  # what one job of a split distillation (data.num_shards > 1)
 def input_identities(target: TargetConfig, data: DataConfig) -> dict:
     """The contents behind the names: prompt files and dataset directories, the target's weights (distill/inputs.py).
 
-    The toy world is keyed by its own config and corpus hash (its directory name), so its alias stands."""
+    A toy world stands for its directory name, which hashes its config and corpus: a rebuilt world (another
+    config) is another target, and its alias alone would lend it the old target's answers."""
     sources = [data.prompts, *(m.prompts for m in data.mix)]
-    toy = target.name_or_path.startswith(TOYWORLD_PREFIX)
     return {
         "prompts": [source_identity(s) for s in sources],
-        "target": None if toy else target_identity(target.name_or_path),
+        "target": _toy_world_name(target.name_or_path) or target_identity(target.name_or_path),
     }
+
+
+def _toy_world_name(name_or_path: str) -> str | None:
+    if not name_or_path.startswith(TOYWORLD_PREFIX):
+        return None
+    from distill.toyworld import SIZES
+    from distill.toyworld.build import world_name
+
+    size = name_or_path[len(TOYWORLD_PREFIX) :]
+    return world_name(size) if size in SIZES else None
 
 
 def config_hash(target: TargetConfig, data: DataConfig) -> str:

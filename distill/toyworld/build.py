@@ -97,12 +97,23 @@ def load_world(size: str) -> ToyWorld:
     return world
 
 
-def _find_or_build(size: str) -> ToyWorld:
+def world_name(size: str) -> str:
+    """The directory name of the world `size` would load (`<size>-<key>`), without building it: what it holds."""
+    return _sources_and_name(size)[2]
+
+
+def _sources_and_name(size: str):
     cfg = SIZES[size]
     train_files, heldout_files = corpus.list_sources()
     train_files = corpus.take_bytes(train_files, cfg.corpus_bytes)
     digest = corpus.corpus_hash(train_files + heldout_files)
-    root = cache_root() / "toyworld" / f"{size}-{_world_key(cfg, digest)}"
+    return (train_files, heldout_files, f"{size}-{_world_key(cfg, digest)}", digest)
+
+
+def _find_or_build(size: str) -> ToyWorld:
+    cfg = SIZES[size]
+    train_files, heldout_files, name, digest = _sources_and_name(size)
+    root = cache_root() / "toyworld" / name
     if (root / "world.json").exists():
         return ToyWorld(root)
     root.parent.mkdir(parents=True, exist_ok=True)
