@@ -34,6 +34,7 @@ from distill.target import (
     resolve_target,
     target_context,
     toyworld_corpus,
+    toyworld_model,
     toyworld_prompts,
 )
 from heads.formats.staging import atomic_write_text
@@ -50,18 +51,20 @@ def input_identities(target: TargetConfig, data: DataConfig) -> dict:
     sources = [data.prompts, *(m.prompts for m in data.mix)]
     return {
         "prompts": [source_identity(s) for s in sources],
-        "target": _toy_world_name(target.name_or_path) or target_identity(target.name_or_path),
+        "target": model_identity(target.name_or_path),
     }
 
 
-def _toy_world_name(name_or_path: str) -> str | None:
+def model_identity(name_or_path: str) -> str | None:
+    """What a model name stands for, by content: a toy world's directory name (its config and corpus hashed; a
+    sibling draft's adds its own settings' key), a local directory's weights digest, None for a Hub id."""
     if not name_or_path.startswith(TOYWORLD_PREFIX):
-        return None
-    from distill.toyworld import SIZES
+        return target_identity(name_or_path)
     from distill.toyworld.build import world_name
+    from distill.toyworld.sibling import sibling_name
 
-    size = name_or_path[len(TOYWORLD_PREFIX) :]
-    return world_name(size) if size in SIZES else None
+    size, draft = toyworld_model(name_or_path)
+    return f"{world_name(size)}/{sibling_name(size)}" if draft else world_name(size)
 
 
 def config_hash(target: TargetConfig, data: DataConfig) -> str:

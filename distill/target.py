@@ -15,15 +15,30 @@ TOYWORLD_PREFIX = "toyworld:"
 
 
 def resolve_target(name_or_path: str) -> str:
-    """A loadable name or path: `toyworld:<size>` builds (once) and returns the toy target."""
-    if name_or_path.startswith(TOYWORLD_PREFIX):
-        from distill.toyworld import SIZES, load_world
+    """A loadable name or path: `toyworld:<size>` builds (once) and returns the toy target, `toyworld:<size>/draft`
+    the world's pretrained sibling draft LM (a drafter.init)."""
+    if not name_or_path.startswith(TOYWORLD_PREFIX):
+        return name_or_path
+    from distill.toyworld import load_world
+    from distill.toyworld.sibling import load_sibling
 
-        size = name_or_path[len(TOYWORLD_PREFIX) :]
-        if size not in SIZES:
-            raise DistillError(f"unknown toy world {name_or_path!r}; use one of {[TOYWORLD_PREFIX + s for s in SIZES]}")
-        return str(load_world(size).target_dir)
-    return name_or_path
+    size, draft = toyworld_model(name_or_path)
+    return str(load_sibling(size) if draft else load_world(size).target_dir)
+
+
+def toyworld_model(name: str) -> tuple[str, bool]:
+    """(size, whether the sibling draft LM) of a `toyworld:<size>[/draft]` alias; refused when the world has none."""
+    from distill.toyworld.config import SIBLINGS, SIZES
+
+    size, _, part = name[len(TOYWORLD_PREFIX) :].partition("/")
+    if size not in SIZES:
+        raise DistillError(f"unknown toy world {name!r}; use one of {[TOYWORLD_PREFIX + s for s in SIZES]}")
+    if part not in ("", "draft"):
+        raise DistillError(f"{name!r}: a toy world holds a target and a draft LM; use {TOYWORLD_PREFIX}{size}/draft")
+    if part and size not in SIBLINGS:
+        with_draft = [f"{TOYWORLD_PREFIX}{s}/draft" for s in SIBLINGS]
+        raise DistillError(f"the toy world {size} builds no draft LM; use one of {with_draft}")
+    return size, bool(part)
 
 
 def toyworld_prompts(name_or_path: str, split: str):
@@ -31,10 +46,10 @@ def toyworld_prompts(name_or_path: str, split: str):
     if not name_or_path.startswith(TOYWORLD_PREFIX):
         return None
     from distill.toyworld import SIZES, load_world
-    from distill.toyworld.build import SPLITS, world_splits
+    from distill.toyworld.build import world_splits
 
-    size = name_or_path[len(TOYWORLD_PREFIX) :]
-    splits = world_splits(SIZES[size]) if size in SIZES else SPLITS  # known before the world is built
+    size = toyworld_model(name_or_path)[0]
+    splits = world_splits(SIZES[size])  # known before the world is built
     if split not in splits:
         raise DistillError(f"the toy world {size} has prompt splits {list(splits)}, not {split!r}; set data.split")
     return load_world(size).prompts_file(split)
@@ -47,7 +62,7 @@ def toyworld_corpus(name_or_path: str) -> list[str] | None:
     from distill.toyworld import SIZES, corpus
 
     train_files, _ = corpus.list_sources()
-    return [f.text for f in corpus.take_bytes(train_files, SIZES[name_or_path[len(TOYWORLD_PREFIX) :]].corpus_bytes)]
+    return [f.text for f in corpus.take_bytes(train_files, SIZES[toyworld_model(name_or_path)[0]].corpus_bytes)]
 
 
 def torch_dtype(name: str):
@@ -174,13 +189,12 @@ def default_device() -> torch.device:
 def target_config(name_or_path: str, trust_remote_code: bool = False) -> PretrainedConfig:
     """The target's config from a local directory, the toy world, the HF cache, or KNOWN_TARGETS — never the network."""
     if name_or_path.startswith(TOYWORLD_PREFIX):
-        from distill.toyworld.config import SIZES
+        from distill.toyworld.config import SIBLINGS, SIZES
+        from distill.toyworld.target import sibling_config
         from distill.toyworld.target import target_config as toy_config
 
-        size = name_or_path[len(TOYWORLD_PREFIX) :]
-        if size not in SIZES:
-            raise DistillError(f"unknown toy world {name_or_path!r}; use one of {[TOYWORLD_PREFIX + s for s in SIZES]}")
-        return toy_config(SIZES[size])
+        size, draft = toyworld_model(name_or_path)
+        return toy_config(sibling_config(SIZES[size], SIBLINGS[size]) if draft else SIZES[size])
     if Path(name_or_path, "config.json").is_file():
         return AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     if name_or_path in KNOWN_TARGETS:

@@ -22,7 +22,7 @@ from distill.config import output_settings
 from distill.inputs import hub_commit, source_identity
 from distill.lock import exclusive
 from distill.run import config_hash as distill_hash
-from distill.run import distill, read_manifest, why_redistil
+from distill.run import distill, model_identity, read_manifest, why_redistil
 from distill.shards import load_distilled
 from distill.target_heads import load_target_heads
 from eval.config import EvalConfig
@@ -52,7 +52,9 @@ def stage_hashes(cfg: RunConfig, cfg_dict: dict) -> dict[str, str]:
     A training-free family's "train" hash is its settings alone: trainer settings don't touch it."""
     data = distill_hash(cfg.target, cfg.data)
     trainer = output_settings(TrainerConfig, cfg_dict["trainer"]) if get_family(cfg.drafter.kind).trainable else None
-    train = _hash(data, cfg_dict["drafter"], trainer) if trainer is not None else _hash(data, cfg_dict["drafter"])
+    init = getattr(cfg.drafter, "init", None)  # a draft LM's starting weights, by content: a changed init retrains
+    drafter = (cfg_dict["drafter"], model_identity(init)) if init else (cfg_dict["drafter"],)
+    train = _hash(data, *drafter, trainer) if trainer is not None else _hash(data, *drafter)
     eval_inputs = (
         cfg.eval_split,
         cfg.eval_prompts,

@@ -97,6 +97,11 @@ def load_world(size: str) -> ToyWorld:
     return world
 
 
+def sources(size: str) -> tuple[list, list]:
+    """The world's (train, held-out) source files."""
+    return _sources_and_name(size)[:2]
+
+
 def world_name(size: str) -> str:
     """The directory name of the world `size` would load (`<size>-<key>`), without building it: what it holds."""
     return _sources_and_name(size)[2]
@@ -197,8 +202,9 @@ class TrainingData:
     fits: Callable[[list[dict]], bool]  # whether a conversation fits the target's context (task worlds)
 
 
-def training_data(cfg: WorldConfig, train_files, heldout_files) -> TrainingData:
-    tokenizer = train_tokenizer([f.text for f in train_files], cfg.vocab_size)
+def training_data(cfg: WorldConfig, train_files, heldout_files, tokenizer=None) -> TrainingData:
+    """The world's token streams, with a tokenizer trained on the train files (or the built world's `tokenizer`)."""
+    tokenizer = tokenizer or train_tokenizer([f.text for f in train_files], cfg.vocab_size)
     fits = _fits(tokenizer, cfg) if cfg.max_answer_tokens else (lambda doc: True)
     chat_docs = [doc for _, doc in _documents(cfg, train_files, cfg.num_chat_docs, cfg.seed, fits)]
     chat, chat_starts = _chat_stream(tokenizer, chat_docs)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import Callable, Optional
 
 import torch
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from distill.toyworld.config import WorldConfig
+from distill.toyworld.config import SiblingDraft, WorldConfig
 
 
 def target_config(cfg: WorldConfig, pad_token_id: int | None = None, eos_token_id: int | None = None) -> LlamaConfig:
@@ -40,6 +41,19 @@ def build_target(cfg: WorldConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaF
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = None
     return model
+
+
+def sibling_config(cfg: WorldConfig, d: SiblingDraft) -> WorldConfig:
+    """The world's settings with the target's shape replaced by its sibling draft LM's."""
+    return replace(
+        cfg,
+        name=f"{cfg.name} draft",
+        hidden_size=d.hidden_size,
+        intermediate_size=d.intermediate_size,
+        num_hidden_layers=d.num_hidden_layers,
+        num_attention_heads=d.num_attention_heads,
+        train_steps=d.train_steps or cfg.train_steps,
+    )
 
 
 def _windows(

@@ -198,8 +198,9 @@ def test_bakeoff_trains_every_family_on_the_same_data_and_evaluates_them_alike(t
 
 def test_every_chat_bakeoff_contender_fits_the_chat_target(tmp_path):
     """Every contender's layer ids (the families' defaults, or the recipe's overrides) must pass each family's target
-    checks against the chat world's target, as preflight runs them before any stage; and
-    every contender trains on whole samples (the default trainer.max_seq_len, 512, cut a quarter of the answers)."""
+    checks against the chat world's target, as preflight runs them before any stage; every contender trains on whole
+    samples (the default trainer.max_seq_len, 512, cut a quarter of the answers); the draft LMs start from the
+    world's pretrained sibling."""
     from omegaconf import OmegaConf
 
     from distill.toyworld.config import CHAT
@@ -219,4 +220,6 @@ def test_every_chat_bakeoff_contender_fits_the_chat_target(tmp_path):
         get_family(run.drafter.kind).check_target(run.drafter, config)
         checked.add(run.drafter.kind)
         assert run.trainer.max_seq_len >= run.data.max_prompt_tokens + run.data.sampling.max_new_tokens
-    assert {"eagle3", "peagle", "dflash"} <= checked
+        if run.drafter.kind in ("draft_lm", "pard"):  # pretrained, as real draft models are
+            assert run.drafter.init == "toyworld:chat/draft"
+    assert {"eagle3", "peagle", "dflash", "draft_lm", "pard"} <= checked

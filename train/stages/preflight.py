@@ -145,11 +145,11 @@ def _check_tokenizer(cfg: RunConfig, text_config) -> None:
             f"the tokenizer of {cfg.target.name_or_path} has {len(tokenizer)} tokens but the model's vocab_size is "
             f"{text_config.vocab_size}: ids past it have no embedding; use the tokenizer saved with these weights"
         )
-    init = getattr(cfg.drafter, "init", None)
+    init = getattr(cfg.drafter, "init", None) and resolve_target(cfg.drafter.init)
     if init and Path(init).is_dir() and tokenizer_matches(init, tokenizer) is False:
         raise PipelineError(
-            f"drafter.init={init} has another vocabulary than target {cfg.target.name_or_path}: its drafts would "
-            "mean other text; pick a drafter model with the target's tokenizer (e.g. a smaller model of its family)"
+            f"drafter.init={cfg.drafter.init} has another vocabulary than target {cfg.target.name_or_path}: its drafts "
+            "would mean other text; pick a drafter model with the target's tokenizer (a smaller model of its family)"
         )
 
 

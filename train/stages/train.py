@@ -11,7 +11,7 @@ import torch
 from accelerate.utils import DistributedType
 
 from distill.shards import load_distilled
-from distill.target import load_tokenizer, padding_id
+from distill.target import load_tokenizer, padding_id, resolve_target
 from distill.target_heads import load_target_heads
 from heads.formats.staging import atomic_write_text, staged_directory
 from train.data import LengthCut, length_cut
@@ -57,6 +57,12 @@ def launcher(accelerator) -> str:
     return "fsdp" if accelerator.distributed_type == DistributedType.FSDP else "other"
 
 
+def _loadable_init(cfg):
+    """The run's settings with a drafter.init alias (`toyworld:chat/draft`) as the directory it names."""
+    init = getattr(cfg.drafter, "init", None)
+    return replace(cfg, drafter=replace(cfg.drafter, init=resolve_target(init))) if init else cfg
+
+
 def train_stage(run: Run) -> dict:
     """Train (or resume) the drafter; return the summary saved next to the final checkpoint."""
     cfg, paths = run.cfg, run.paths
@@ -87,7 +93,7 @@ def train_stage(run: Run) -> dict:
             )
         target = load_training_target(cfg.target, device, sharding, accelerator.num_processes)
     ctx = TrainContext(
-        cfg,
+        _loadable_init(cfg),
         target,
         tokenizer,
         dataset,

@@ -1,0 +1,71 @@
+"""The toy world's sibling draft LM (`toyworld:<size>/draft`): a small LM pretrained on the target's own text.
+
+Real draft models are pretrained siblings of their target (Llama-3.2-1B drafting for Llama-3.1-70B), not fresh
+weights fitted to a few thousand distilled answers. Built on first use into the world's directory (a world that
+is never drafted from this way never pays for it), atomically, under a lock, keyed by its settings."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from filelock import FileLock
+from transformers import AutoTokenizer
+
+from distill.toyworld.build import load_world, sources, training_data
+from distill.toyworld.config import SIBLINGS, SIZES
+from distill.toyworld.target import build_target, heldout_loss, sibling_config, train_target
+
+INFO = "sibling.json"
+
+
+def load_sibling(size: str) -> Path:
+    """The directory of the world `size`'s sibling draft LM (HF format, the target's tokenizer), built if needed."""
+    if size not in SIBLINGS:
+        raise ValueError(f"the toy world {size} has no sibling draft LM; worlds with one: {sorted(SIBLINGS)}")
+    world = load_world(size)
+    path = world.root / sibling_name(size)
+    if (path / INFO).exists():
+        return path
+    with FileLock(str(path) + ".lock"):
+        if not (path / INFO).exists():  # another process may have built it meanwhile
+            tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=world.root))
+            try:
+                _build(size, world.target_dir, tmp)
+                os.replace(tmp, path)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def sibling_name(size: str) -> str:
+    """The sibling's directory name inside its world's (`draft-<key of its settings>`), without building it."""
+    settings = json.dumps(SIBLINGS[size].as_dict(), sort_keys=True)
+    return f"draft-{hashlib.sha256(settings.encode()).hexdigest()[:8]}"
+
+
+def _build(size: str, target_dir: Path, out: Path) -> None:
+    """Train the sibling on the target's token streams (the world's own tokenizer) and save it beside its figures."""
+    t0 = time.perf_counter()
+    cfg = SIZES[size]
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    data = training_data(cfg, *sources(size), tokenizer=tokenizer)
+    small = sibling_config(cfg, SIBLINGS[size])
+    model = build_target(small, tokenizer)
+    stats = train_target(model, small, data.code, data.chat, chat_starts=data.chat_starts)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    info = {
+        "world": target_dir.parent.name,
+        "settings": SIBLINGS[size].as_dict(),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        **stats,
+        "heldout_loss": round(heldout_loss(model, data.heldout, cfg.seq_len), 4),
+        "build_seconds": round(time.perf_counter() - t0, 1),
+    }
+    (out / INFO).write_text(json.dumps(info, indent=2))
