@@ -7,6 +7,7 @@ renamed into place, so a killed build never leaves a half world behind.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -108,7 +109,14 @@ def world_name(size: str) -> str:
 
 
 def _sources_and_name(size: str):
-    cfg = SIZES[size]
+    """(train files, held-out files, the world's directory name, the corpus digest) of the world `size`."""
+    return _sources_of(size, SIZES[size])
+
+
+@functools.lru_cache(maxsize=None)
+def _sources_of(size: str, cfg: WorldConfig):
+    """Listing and hashing the stdlib corpus costs ~0.5 s, and every stage hash names the world: once per process
+    and config (the interpreter's sources do not change under it)."""
     train_files, heldout_files = corpus.list_sources()
     train_files = corpus.take_bytes(train_files, cfg.corpus_bytes)
     digest = corpus.corpus_hash(train_files + heldout_files)
