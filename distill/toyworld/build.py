@@ -212,7 +212,8 @@ class TrainingData:
 
 def training_data(cfg: WorldConfig, train_files, heldout_files, tokenizer=None) -> TrainingData:
     """The world's token streams, with a tokenizer trained on the train files (or the built world's `tokenizer`)."""
-    tokenizer = tokenizer or train_tokenizer([f.text for f in train_files], cfg.vocab_size)
+    if tokenizer is None:
+        tokenizer = train_tokenizer([f.text for f in train_files], cfg.vocab_size)
     fits = _fits(tokenizer, cfg) if cfg.max_answer_tokens else (lambda doc: True)
     chat_docs = [doc for _, doc in _documents(cfg, train_files, cfg.num_chat_docs, cfg.seed, fits)]
     chat, chat_starts = _chat_stream(tokenizer, chat_docs)

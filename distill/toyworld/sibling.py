@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -20,6 +17,7 @@ from transformers import AutoTokenizer
 from distill.toyworld.build import load_world, sources, training_data
 from distill.toyworld.config import SIBLINGS, SIZES
 from distill.toyworld.target import build_target, heldout_loss, sibling_config, train_target
+from heads.formats.staging import staged_directory
 
 INFO = "sibling.json"
 
@@ -34,12 +32,8 @@ def load_sibling(size: str) -> Path:
         return path
     with FileLock(str(path) + ".lock"):
         if not (path / INFO).exists():  # another process may have built it meanwhile
-            tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=world.root))
-            try:
-                _build(size, world.target_dir, tmp)
-                os.replace(tmp, path)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+            with staged_directory(path) as staged:  # whole or not at all: a killed build leaves no half sibling
+                _build(size, world.target_dir, staged)
     return path
 
 
