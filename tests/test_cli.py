@@ -80,6 +80,10 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world, monkeypat
     run_dir = tmp_path / "run"
     report = json.loads((run_dir / "eval" / "eval_report.json").read_text())
     assert report["lossless"] is True and report["tau"] >= 1.0
+    # the run ends on what the drafter achieved and where it is, not on a stage timing
+    n = report["prompts"]["count"]
+    assert f"[eval] τ {report['tau']:.2f}, α {report['alpha']:.2f}, speed-up {report['speedup']:.2f}×" in r.stdout
+    assert f"(lossless on {n}/{n} prompts); drafter: {run_dir / 'drafter'}, report: {run_dir / 'eval'}" in r.stdout
     assert [g["num_speculative_tokens"] for g in report["gamma_sweep"]] == [1, 2, 4]
     assert (
         report["recommended_num_speculative_tokens"]

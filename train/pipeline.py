@@ -32,7 +32,7 @@ from train.config import PublishConfig, RunConfig, TrainerConfig
 from train.errors import PipelineError
 from train.setups import training_setup
 from train.setups.base import vllm_store
-from train.stages.eval import eval_stage
+from train.stages.eval import eval_stage, headline
 from train.stages.preflight import check_run
 from train.stages.publish import publish_stage
 from train.stages.run import Run
@@ -169,4 +169,6 @@ def _run_stages(cfg: RunConfig, cfg_dict: dict, dict_config: DictConfig, paths: 
         t0 = time.perf_counter()
         results[stage] = STAGE_RUNNERS[stage](Run(cfg, cfg_dict, paths, device, hashes[stage], hashes))
         print(f"[{stage}] done in {time.perf_counter() - t0:.1f}s")
+        if stage == "eval":
+            print(headline(results[stage], paths))
     return results

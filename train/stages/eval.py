@@ -66,6 +66,16 @@ def eval_prompt_ids(run: Run, tokenizer, max_len: int, answer: Optional[Answer] 
     return prompts, src.as_dict() | {"count": len(measured)} | training_overlap(measured, dataset)
 
 
+def headline(report: dict, paths) -> str:
+    """The one line a run ends on: what the drafter achieved, and where its export and report are."""
+    lossless = f"lossless on {report['lossless_prompts']}/{report['prompts']['count']} prompts"
+    return (
+        f"[eval] τ {report['tau']:.2f}, α {report['alpha']:.2f}, speed-up {report['speedup']:.2f}× at γ "
+        f"{report['settings']['num_speculative_tokens']} ({lossless if report['lossless'] else 'NOT ' + lossless}); "
+        f"drafter: {paths.drafter}, report: {paths.eval / 'report.md'}"
+    )
+
+
 def eval_stage(run: Run) -> dict:
     cfg, paths = run.cfg, run.paths
     family = get_family(cfg.drafter.kind)
