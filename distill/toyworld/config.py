@@ -1,5 +1,5 @@
 """Sizes of the toy world. `micro` is for tests (seconds to build), `toy` for the main job and the benchmarks, `chat`
-its successor in progress (chat task kinds, a 1,024-token context)."""
+the world that copies from its context (chat task kinds, a 1,024-token context; the bake-offs per workload)."""
 
 from __future__ import annotations
 
