@@ -12,6 +12,8 @@ Prints one JSON line (τ per family per size, the ratios and the issue's goals) 
 
     python scripts/bench_data_scaling.py --out runs/bench_data_scaling
     python scripts/bench_data_scaling.py --families toy toy_eagle toy_pard --sizes 256 1024
+    python scripts/bench_data_scaling.py --target chat --override data.max_prompt_tokens=960 \
+        --override trainer.max_seq_len=1024 --families toy toy_eagle --out runs/bench_data_scaling_chat
 """
 
 from __future__ import annotations
@@ -55,16 +57,27 @@ def _train(out: Path, name: str, recipe: str, overrides: list[str], data_dir: Pa
     return {"tau": round(r["tau"], 3), "alpha": round(r["alpha"], 3), "train_seconds": summary["seconds"]}
 
 
-def _subset(out: Path, size: int, largest: int, temperature: float) -> Path:
+def _run_config(overrides: list[str]):
+    """The composed run config of the toy recipe under `overrides` (what `python -m train` would run)."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from train.config import register_configs
+
+    register_configs()
+    with initialize_config_module("conf", version_base=None):
+        return OmegaConf.to_object(compose("config", overrides=["recipe=toy", *overrides]))
+
+
+def _subset(out: Path, size: int, largest: int) -> Path:
     """The first `size` samples of the largest distilled set, as the data directory a size-N run expects."""
-    from distill.config import DataConfig, SamplingConfig, TargetConfig
     from distill.run import first_samples
 
-    target, sampling = TargetConfig(), SamplingConfig(temperature=temperature)  # as --temperature distilled
     source = out / f"data-{largest}"
     path = out / f"data-{size}"
     if size != largest:
-        first_samples(source, path, target, DataConfig(max_prompts=size, sampling=sampling))
+        cfg = _run_config(SETTINGS + [f"data.max_prompts={size}"])  # the target and data a size-N run distils with
+        first_samples(source, path, cfg.target, cfg.data)
     return path
 
 
@@ -80,7 +93,7 @@ def _at_least(ratio: float | None, goal: float) -> bool | None:
     return None if ratio is None else ratio >= goal
 
 
-def _plot(path: Path, sizes: list[int], curves: dict, goals: dict) -> None:
+def _plot(path: Path, target: str, sizes: list[int], curves: dict, goals: dict) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -100,7 +113,7 @@ def _plot(path: Path, sizes: list[int], curves: dict, goals: dict) -> None:
     ax.set_xticks(sizes, [str(s) for s in sizes])
     ax.set_xlabel("distilled prompts (equal optimizer steps)")
     ax.set_ylabel("held-out τ (γ = 4)")
-    ax.set_title("Toy target: acceptance vs training data")
+    ax.set_title(f"target={target}: acceptance vs training data")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
@@ -143,10 +156,22 @@ def main() -> None:
     )
     parser.add_argument("--long-families", nargs="+", default=list(FAMILIES), help="the recipes --long-steps trains")
     parser.add_argument("--long-steps", type=int, default=0, help="also train each family this long at the largest")
+    parser.add_argument("--target", default="toy", help="the target config (conf/target): toy, chat, micro, …")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        help="a Hydra override for every run, e.g. trainer.max_seq_len=1024 (repeat it for more)",
+    )
     args = parser.parse_args()
     sizes, out = sorted(args.sizes), args.out.resolve()
     temperature = args.temperature
-    SETTINGS[:] = [f"data.sampling.temperature={temperature}", f"eval.temperature={temperature}"]
+    SETTINGS[:] = [
+        f"target={args.target}",
+        f"data.sampling.temperature={temperature}",
+        f"eval.temperature={temperature}",
+        *args.override,
+    ]
     on_policy_temperatures = args.on_policy_temperature or [temperature]
     out.mkdir(parents=True, exist_ok=True)
     seed = f"trainer.seed={args.seed}"
@@ -163,7 +188,7 @@ def main() -> None:
             )
         os.replace(out / "distill" / "data", out / f"data-{largest}")
     distill_seconds = json.loads((out / f"data-{largest}" / "manifest.json").read_text())["seconds"]
-    data = {size: _subset(out, size, largest, temperature) for size in sizes}
+    data = {size: _subset(out, size, largest) for size in sizes}
 
     curves: dict[str, dict[str, float]] = {}
     runs: dict[str, dict] = {}
@@ -225,10 +250,11 @@ def main() -> None:
             goals[f"{FAMILIES[recipe]}, {args.long_steps} steps"] = (largest, runs[name]["tau"])
         if {"EAGLE-3", "draft LM"} <= long.keys():  # is EAGLE-3 behind for want of training?
             ratios["eagle3_vs_draft_lm_long"] = round(long["EAGLE-3"] / long["draft LM"], 3)
-    _plot(out / "data_scaling.png", sizes, curves, goals)
+    _plot(out / "data_scaling.png", args.target, sizes, curves, goals)
     result = {
         "bench": "data_scaling",
-        "target": "toyworld:toy",
+        "target": args.target,
+        "overrides": args.override,
         "eval": f"32 held-out prompts × 64 tokens, temperature {temperature:g}, chain γ = 4",
         "distilled_at_temperature": temperature,
         "optimizer_steps": args.steps,
