@@ -84,6 +84,8 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world, monkeypat
     n = report["prompts"]["count"]
     assert f"[eval] τ {report['tau']:.2f}, α {report['alpha']:.2f}, speed-up {report['speedup']:.2f}×" in r.stdout
     assert f"(lossless on {n}/{n} prompts); drafter: {run_dir / 'drafter'}, report: {run_dir / 'eval'}" in r.stdout
+    assert "[publish] done in" in r.stdout
+    assert [line for line in r.stdout.splitlines() if line.startswith("[")][-1].startswith("[eval] τ ")
     assert [g["num_speculative_tokens"] for g in report["gamma_sweep"]] == [1, 2, 4]
     assert (
         report["recommended_num_speculative_tokens"]
