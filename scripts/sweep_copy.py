@@ -29,7 +29,7 @@ from bench_toy_world import degenerate, from_prompt, reproduced
 from distill.toyworld import corpus, tasks
 from distill.toyworld.build import training_data
 from distill.toyworld.config import SIZES, WorldConfig
-from distill.toyworld.target import build_target, heldout_loss, train_target
+from distill.toyworld.target import build_target, heldout_loss, native_bf16, train_target
 
 EVAL_PROMPTS = 48  # held-out prompts per task kind
 GREEDY_PROMPTS, GREEDY_TOKENS = 16, 256  # greedy answers per task kind after the last step, and their length
@@ -97,11 +97,12 @@ def run_setting(world: str, setting: dict, device: str, every: int, emit, greedy
     prompts = eval_prompts(cfg, data, heldout_files)
     model = build_target(cfg, data.tokenizer).to(device)
     held = data.heldout.to(device)
+    bf16 = cfg.bf16 and native_bf16(device)  # as train_target trains it
 
     def on_eval(step: int, model, train_loss: float) -> None:
         record = {"setting": name, "step": step, "tokens": step * cfg.batch_size * cfg.seq_len}
         record |= {"train_loss": round(train_loss, 4), "heldout_loss": round(heldout_loss(model, held, cfg.seq_len), 4)}
-        record |= {f"{kind}_accuracy": answer_accuracy(model, rows, cfg.bf16) for kind, rows in prompts.items()}
+        record |= {f"{kind}_accuracy": answer_accuracy(model, rows, bf16) for kind, rows in prompts.items()}
         if step == cfg.train_steps and greedy:
             record |= {f"{kind}_greedy": greedy_figures(model, rows, data.tokenizer) for kind, rows in prompts.items()}
         emit(record)

@@ -28,7 +28,7 @@ class WorldConfig:
     tasks: tuple[str, ...] = ()
     workload_prompts: int = 0  # held-out prompts per task kind (its workload split)
     max_answer_tokens: int = 0  # a task's answer is at most this long (0 = no bound)
-    bf16: bool = False  # train the target under bf16 autocast (AMX/AVX-512 CPUs and GPUs: ~1.4x faster)
+    bf16: bool = False  # bf16 autocast where native (AMX/AVX-512-BF16 CPUs, GPUs: ~1.4x faster); fp32 elsewhere
     # learning-rate schedule: linear warm-up over warmup_steps (0 = train_steps // 20), then "cosine" decay to 0, or
     # "wsd": constant, then linear decay to 0 over the last decay_fraction of the steps (the copy circuit forms
     # mid-run at the full rate; a cosine lowers the rate before it does)
@@ -100,12 +100,12 @@ TOY = WorldConfig(
     num_train_prompts=4096,  # the data-scaling benchmark's largest size; recipes take data.max_prompts of them
 )
 
-# In progress (issue 37): the toy world's successor, not yet the main job's. A 1,024-token context and chat tasks
-# of four kinds, each a held-out workload. Two findings set its recipe (train/README.md, "What makes a toy target
-# copy"):
-# trained on 1.5 MB of code it memorises the train files (held-out loss rises after ~5 M tokens) and never learns to
-# copy from its context; on the whole stdlib (9 MB) it learns to copy after ~5 M tokens at lr 5e-3 with a 200-step
-# warm-up, held at full rate while the copy circuit forms (a shorter warm-up or a cosine decay delays it past 6.6 M).
+# The toy world's successor for the bake-offs (the main job stays on `toy`, train/README.md says why). A 1,024-token
+# context and chat tasks of four kinds, each a held-out workload. Two findings set its recipe (train/README.md, "What
+# makes a toy target copy"): trained on 1.5 MB of code it memorises the train files (held-out loss rises after
+# ~5 M tokens) and never learns to copy from its context; on the whole stdlib (9 MB) it learns to copy after ~5 M
+# tokens at lr 5e-3 with a 200-step warm-up, held at full rate while the copy circuit forms (a shorter warm-up or a
+# cosine decay delays it past 6.6 M).
 # A second sweep: 4 layers learn it in fewer tokens than 6 or 8 (teacher-forced edit accuracy 0.64 after 6.6 M
 # tokens, 8 layers 0.48), at half the cost a step; d192 at three quarters of d256's cost buys 1.5x the tokens in the
 # same ~12 min build. Its greedy edits draw 38 % of their tokens from the prompt (8 layers d256: 12 %). Chat
@@ -134,7 +134,7 @@ CHAT = replace(
     tasks=("completion", "edit", "long_context", "multi_turn"),
     workload_prompts=64,  # the mixed held-out split (num_prompts=256) holds the kinds in turn
     max_answer_tokens=256,
-    bf16=True,
+    bf16=True,  # a CPU without native bf16 trains it in fp32 (emulated bf16 is ~10x slower than fp32 there)
     chat_windows="documents",
 )
 

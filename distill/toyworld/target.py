@@ -87,6 +87,31 @@ def lr_factor(cfg: WorldConfig):
     return factor
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether bf16 matmuls are fast on `device`. A CPU without AVX-512-BF16 or AMX emulates them: on an AVX2-only
+    AMD EPYC one training step of the chat target took 29 s under bf16 autocast against 2.8 s in fp32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return True  # other accelerators: autocast decides
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+def training_precision(cfg: WorldConfig, device: torch.device) -> str:
+    """bf16 where the world asks for it and the device computes it natively, else fp32 (said in one line)."""
+    if not cfg.bf16:
+        return "fp32"
+    if native_bf16(device):
+        return "bf16"
+    print(
+        f"toy world: {cfg.name} asks for bf16 autocast, but this {device.type} has no native bf16 (no AVX-512-BF16 or "
+        "AMX): training in fp32, ~10x faster here than emulated bf16",
+        flush=True,
+    )
+    return "fp32"
+
+
 def _loss_and_grads(model: LlamaForCausalLM, batch: torch.Tensor, bf16: bool) -> torch.Tensor:
     with torch.autocast(batch.device.type, dtype=torch.bfloat16, enabled=bf16):
         loss = model(input_ids=batch, labels=batch).loss
@@ -104,7 +129,8 @@ def train_target(
     chat_starts: Optional[torch.Tensor] = None,
 ) -> dict:
     """Next-token training on random windows of the code and chat token streams (weights and optimizer in fp32;
-    cfg.bf16: the matmuls under bf16 autocast; cfg.compile: the forward and backward compiled, eager if that fails).
+    cfg.bf16: the matmuls under bf16 autocast where the device computes bf16 natively, else fp32; cfg.compile: the
+    forward and backward compiled, eager if that fails).
     cfg.chat_windows "documents": chat windows start at `chat_starts`, the offsets of the chat documents.
     `on_eval(step, model, train_loss)` is called in eval mode every `eval_every` steps and after the last
     (scripts/sweep_copy.py watches a target learn to copy)."""
@@ -117,6 +143,8 @@ def train_target(
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg))
     step_fn = torch.compile(_loss_and_grads) if cfg.compile else _loss_and_grads
+    precision = training_precision(cfg, code_stream.device)
+    bf16 = precision == "bf16"
     n_chat = round(cfg.batch_size * cfg.chat_fraction)
     model.train()
     start, loss = time.perf_counter(), torch.tensor(0.0)
@@ -129,14 +157,14 @@ def train_target(
             ]
         )
         try:
-            loss = step_fn(model, batch, cfg.bf16)
+            loss = step_fn(model, batch, bf16)
         except Exception as err:  # a compiler missing or failing on this machine: the same step, eager
             if step_fn is _loss_and_grads:
                 raise
             print(f"toy world: torch.compile failed ({type(err).__name__}); training eagerly", flush=True)
             opt.zero_grad(set_to_none=True)
             step_fn = _loss_and_grads
-            loss = step_fn(model, batch, cfg.bf16)
+            loss = step_fn(model, batch, bf16)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
@@ -151,7 +179,12 @@ def train_target(
     model.eval()
     elapsed = time.perf_counter() - start
     tokens = cfg.train_steps * cfg.batch_size * cfg.seq_len
-    return {"train_seconds": round(elapsed, 1), "train_tokens": tokens, "final_train_loss": round(loss.item(), 4)}
+    return {
+        "train_seconds": round(elapsed, 1),
+        "train_tokens": tokens,
+        "final_train_loss": round(loss.item(), 4),
+        "train_precision": precision,
+    }
 
 
 @torch.no_grad()
