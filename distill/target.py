@@ -26,6 +26,19 @@ def resolve_target(name_or_path: str) -> str:
     return str(load_sibling(size) if draft else load_world(size).target_dir)
 
 
+def resolve_built_target(name_or_path: str) -> str | None:
+    """resolve_target without building: None for a toy world (or its draft LM) not in the cache yet."""
+    if not name_or_path.startswith(TOYWORLD_PREFIX):
+        return name_or_path
+    from distill.toyworld.build import built_world
+    from distill.toyworld.sibling import sibling_name
+
+    size, draft = toyworld_model(name_or_path)
+    world = built_world(size)
+    path = world and (world.root / sibling_name(size) if draft else world.target_dir)
+    return str(path) if path and path.exists() else None
+
+
 def toyworld_model(name: str) -> tuple[str, bool]:
     """(size, whether the sibling draft LM) of a `toyworld:<size>[/draft]` alias; refused when the world has none."""
     from distill.toyworld.config import SIBLINGS, SIZES

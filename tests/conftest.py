@@ -19,6 +19,24 @@ def _cache_dir(tmp_path_factory):
     yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _micro_world_only():
+    """Tests use the micro world alone: a test that reached the main job's toy world (or the chat world) would
+    build it, 5 to 20 minutes of a CI run, or pass only on a machine whose cache already holds it."""
+    from distill.toyworld import build
+
+    find_or_build = build._find_or_build
+
+    def micro_only(size: str):
+        if size != "micro":
+            raise AssertionError(f"a test reached the toy world {size!r}; tests use toyworld:micro (target=micro)")
+        return find_or_build(size)
+
+    build._find_or_build = micro_only
+    yield
+    build._find_or_build = find_or_build
+
+
 @pytest.fixture(scope="session")
 def micro_world(_cache_dir):
     from distill.toyworld import load_world

@@ -123,6 +123,12 @@ def _sources_of(size: str, cfg: WorldConfig):
     return (train_files, heldout_files, f"{size}-{_world_key(cfg, digest)}", digest)
 
 
+def built_world(size: str) -> ToyWorld | None:
+    """The world `size` if it is in the cache already, else None: never builds (what preflight may look at)."""
+    root = cache_root() / "toyworld" / world_name(size)
+    return ToyWorld(root) if (root / "world.json").exists() else None
+
+
 def _find_or_build(size: str) -> ToyWorld:
     cfg = SIZES[size]
     train_files, heldout_files, name, digest = _sources_and_name(size)

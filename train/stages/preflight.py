@@ -8,7 +8,6 @@ from pathlib import Path
 
 from distill.config import DATA_SOURCES
 from distill.errors import DistillError
-from distill.target import resolve_target
 from eval.proposers import check_eval_settings
 from eval.serving import missing_reason
 from eval.vocabulary import tokenizer_matches
@@ -128,11 +127,15 @@ def _check_against_target(family, cfg: RunConfig) -> None:
 
 
 def _check_tokenizer(cfg: RunConfig, text_config) -> None:
-    """The target's tokenizer against its config and the drafter's init: what would fail only after distilling."""
-    from distill.target import eos_token_ids_of, load_tokenizer
+    """The target's tokenizer against its config and the drafter's init: what would fail only after distilling.
 
-    if not Path(resolve_target(cfg.target.name_or_path)).is_dir():
-        return  # a Hub id not downloaded yet: the distill stage loads (and checks) it
+    A toy world not built yet is not built here (minutes, before settings checked later could refuse the run):
+    drafthub builds its tokenizer to fit."""
+    from distill.target import eos_token_ids_of, load_tokenizer, resolve_built_target
+
+    target = resolve_built_target(cfg.target.name_or_path)
+    if target is None or not Path(target).is_dir():
+        return  # a Hub id not downloaded yet (the distill stage loads and checks it), or a toy world to build
     tokenizer = load_tokenizer(cfg.target)
     if not {i for i in eos_token_ids_of(cfg.target, tokenizer) if i is not None}:
         raise PipelineError(
@@ -145,7 +148,7 @@ def _check_tokenizer(cfg: RunConfig, text_config) -> None:
             f"the tokenizer of {cfg.target.name_or_path} has {len(tokenizer)} tokens but the model's vocab_size is "
             f"{text_config.vocab_size}: ids past it have no embedding; use the tokenizer saved with these weights"
         )
-    init = getattr(cfg.drafter, "init", None) and resolve_target(cfg.drafter.init)
+    init = getattr(cfg.drafter, "init", None) and resolve_built_target(cfg.drafter.init)
     if init and Path(init).is_dir() and tokenizer_matches(init, tokenizer) is False:
         raise PipelineError(
             f"drafter.init={cfg.drafter.init} has another vocabulary than target {cfg.target.name_or_path}: its drafts "
