@@ -130,11 +130,12 @@ def built_world(size: str) -> ToyWorld | None:
 
 
 def _find_or_build(size: str) -> ToyWorld:
+    world = built_world(size)
+    if world is not None:
+        return world
     cfg = SIZES[size]
     train_files, heldout_files, name, digest = _sources_and_name(size)
     root = cache_root() / "toyworld" / name
-    if (root / "world.json").exists():
-        return ToyWorld(root)
     root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root) + ".lock"):
         if not (root / "world.json").exists():  # another process may have built it meanwhile
