@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 FAMILIES = {  # recipe → label; the parallel drafters are listed too (--families picks)
@@ -127,6 +128,9 @@ def main() -> None:
     parser.add_argument("--families", nargs="+", default=["toy", "toy_eagle", "toy_medusa"], choices=list(FAMILIES))
     parser.add_argument("--steps", type=int, default=300, help="optimizer steps of every run")
     parser.add_argument(
+        "--jobs", type=int, default=1, help="curve runs at once (a GPU or many cores: runs are independent processes)"
+    )
+    parser.add_argument(
         "--seed",
         type=int,
         default=0,
@@ -191,12 +195,16 @@ def main() -> None:
     data = {size: _subset(out, size, largest) for size in sizes}
 
     curves: dict[str, dict[str, float]] = {}
-    runs: dict[str, dict] = {}
-    for recipe in args.families:
-        for size in sizes:
-            name = f"{recipe}-{size}"
-            runs[name] = _train(out, name, recipe, steps + [f"data.max_prompts={size}"], data[size])
-            curves.setdefault(FAMILIES[recipe], {})[str(size)] = runs[name]["tau"]
+    grid = [(recipe, size) for recipe in args.families for size in sizes]
+
+    def curve_run(recipe: str, size: int) -> dict:
+        return _train(out, f"{recipe}-{size}", recipe, steps + [f"data.max_prompts={size}"], data[size])
+
+    with ThreadPoolExecutor(args.jobs) as pool:  # each run is its own process: on a GPU several share the device
+        done = list(pool.map(curve_run, *zip(*grid)))
+    runs: dict[str, dict] = {f"{recipe}-{size}": run for (recipe, size), run in zip(grid, done)}
+    for recipe, size in grid:
+        curves.setdefault(FAMILIES[recipe], {})[str(size)] = runs[f"{recipe}-{size}"]["tau"]
 
     ratios, goals = {}, {}
     n = args.compare_size

@@ -14,9 +14,9 @@ from pathlib import Path
 from filelock import FileLock
 from transformers import AutoTokenizer
 
-from distill.toyworld.build import load_world, sources, training_data
+from distill.toyworld.build import load_world, sources, train_world_model, training_data
 from distill.toyworld.config import SIBLINGS, SIZES
-from distill.toyworld.target import build_target, heldout_loss, sibling_config, train_target
+from distill.toyworld.target import build_target, sibling_config
 from heads.formats.staging import staged_directory
 
 INFO = "sibling.json"
@@ -51,7 +51,7 @@ def _build(size: str, target_dir: Path, out: Path) -> None:
     data = training_data(cfg, *sources(size), tokenizer=tokenizer)
     small = sibling_config(cfg, SIBLINGS[size])
     model = build_target(small, tokenizer)
-    stats = train_target(model, small, data.code, data.chat, chat_starts=data.chat_starts)
+    stats, losses = train_world_model(model, small, data, {cfg.seq_len})
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     info = {
@@ -59,7 +59,7 @@ def _build(size: str, target_dir: Path, out: Path) -> None:
         "settings": SIBLINGS[size].as_dict(),
         "parameters": sum(p.numel() for p in model.parameters()),
         **stats,
-        "heldout_loss": round(heldout_loss(model, data.heldout, cfg.seq_len), 4),
+        "heldout_loss": losses[f"heldout_loss_{cfg.seq_len}"],
         "build_seconds": round(time.perf_counter() - t0, 1),
     }
     (out / INFO).write_text(json.dumps(info, indent=2))

@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import AutoConfig, LlamaForCausalLM
 
-from distill.toyworld import load_world, target
-from distill.toyworld.build import _chat_stream
+from distill.toyworld import build, load_world, target
+from distill.toyworld.build import TrainingData, _chat_stream
 from distill.toyworld.config import CHAT, MICRO, TOY
 from distill.toyworld.target import _windows, lr_factor, target_config, train_target
 
@@ -119,3 +119,23 @@ def test_bf16_world_trains_in_fp32_where_bf16_is_emulated(monkeypatch, capsys):
     native_stats, native = _trained(replace(cfg, bf16=True), monkeypatch, native=True)
     assert native_stats["train_precision"] == "bf16" and "no native bf16" not in capsys.readouterr().out
     assert any(not torch.equal(a, b) for a, b in zip(fp32, native))  # autocast did change the numerics
+
+
+def test_world_model_trains_where_the_accelerator_is_and_comes_back_to_the_cpu(monkeypatch):
+    """A world's model trains on `default_device()` (a GPU builds the chat world in about a minute) on the same
+    CPU-drawn batches, so it trains exactly as `train_target` does there, and is left on the CPU to be saved."""
+    cfg = replace(MICRO, train_steps=3, batch_size=2, seq_len=16)
+    stream = torch.randint(2, cfg.vocab_size, (300,), generator=torch.Generator().manual_seed(0))
+    data = TrainingData(None, stream, stream.flip(0), torch.tensor([0]), stream[:200], lambda doc: True)
+    asked = []
+    monkeypatch.setattr(build, "default_device", lambda: asked.append(1) or torch.device("cpu"))
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        models.append(LlamaForCausalLM(target_config(cfg)))
+    stats, losses = build.train_world_model(models[0], cfg, data, {16, 8})
+    reference = train_target(models[1], cfg, data.code, data.chat)
+    assert asked == [1] and stats["train_device"] == "cpu" and stats["train_tokens"] == reference["train_tokens"]
+    assert all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[1].parameters()))
+    assert list(losses) == ["heldout_loss_8", "heldout_loss_16"] and all(0 < v < 10 for v in losses.values())
+    assert next(models[0].parameters()).device.type == "cpu"
