@@ -34,9 +34,9 @@ def main(cfg) -> None:
     import datasets
 
     datasets.disable_progress_bars()  # one bar per stage is ours; shard saves need none
+    from distill.device import default_device
     from distill.lock import LockHeld, exclusive
     from distill.run import distill, merge_parts
-    from distill.target import default_device
 
     app: DistillAppConfig = OmegaConf.to_object(cfg)
     try:

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from distill.chat import answered, encode_chat, encode_prompt, owes_answer, pending_turn, tokenizer_hash
 from distill.config import DATA_SOURCES, DataConfig, PromptSource, TargetConfig, output_settings
 from distill.corpus_windows import conversation_text, corpus_examples
+from distill.device import default_device
 from distill.errors import DistillError
 from distill.heldout import heldout_indices, holdout_active
 from distill.inputs import hub_commit, source_identity, target_identity
@@ -27,7 +28,6 @@ from distill.sampler import HFSampler
 from distill.shards import ShardWriter, load_distilled
 from distill.target import (
     TOYWORLD_PREFIX,
-    default_device,
     eos_token_ids_of,
     load_target,
     load_tokenizer,

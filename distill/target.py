@@ -195,10 +195,6 @@ def padding_id(tokenizer, eos_ids=()) -> int:
     return 0
 
 
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def target_config(name_or_path: str, trust_remote_code: bool = False) -> PretrainedConfig:
     """The target's config from a local directory, the toy world, the HF cache, or KNOWN_TARGETS — never the network."""
     if name_or_path.startswith(TOYWORLD_PREFIX):

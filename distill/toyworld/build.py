@@ -22,7 +22,7 @@ import torch
 from filelock import FileLock
 from transformers import PreTrainedTokenizerFast
 
-from distill.target import default_device
+from distill.device import default_device
 from distill.toyworld import corpus, tasks
 from distill.toyworld.config import SIZES, WorldConfig
 from distill.toyworld.target import build_target, heldout_loss, train_target
