@@ -122,7 +122,7 @@ def test_bf16_world_trains_in_fp32_where_bf16_is_emulated(monkeypatch, capsys):
 
 
 def test_world_model_trains_where_the_accelerator_is_and_comes_back_to_the_cpu(monkeypatch):
-    """A world's model trains on `default_device()` (a GPU builds the chat world in about a minute) on the same
+    """A world's model trains on `default_device()` (an H100 builds the chat world in 2 minutes) on the same
     CPU-drawn batches, so it trains exactly as `train_target` does there, and is left on the CPU to be saved."""
     cfg = replace(MICRO, train_steps=3, batch_size=2, seq_len=16)
     stream = torch.randint(2, cfg.vocab_size, (300,), generator=torch.Generator().manual_seed(0))
