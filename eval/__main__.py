@@ -25,6 +25,8 @@ from eval.config import EvalConfig
 from eval.errors import EvalError
 from heads.card import speed_warnings
 
+SERVED_SUMMARY = ("engine", "tau", "per_position_acceptance", "equal_prompts", "verdict", "speedup", "speedup_spread")
+
 
 @dataclass
 class EvalAppConfig:
@@ -42,7 +44,8 @@ class EvalAppConfig:
     trust_remote_code: bool = False  # only for targets whose code you trust
     # Jinja template for the prompts; None = the drafter's training template (drafthub.json), else the tokenizer's
     chat_template: Optional[str] = None
-    serve: Optional[str] = None  # vllm = also serve drafter_dir with vLLM and compare (shorthand for eval.serve=vllm)
+    # vllm | llamacpp = also serve drafter_dir with that engine and compare (shorthand for eval.serve=ENGINE)
+    serve: Optional[str] = None
     # also write drafthub.json (this report, bound to the files) and the samples into drafter_dir, so that the
     # publish gate accepts a drafter made elsewhere; false = write only out_dir (drafter_dir may not be yours)
     record: bool = False
@@ -165,11 +168,7 @@ def _summarize(report: dict) -> None:
     summary["speedup_interval"] = [report["speedup_spread"]["low"], report["speedup_spread"]["high"]]
     summary["timing_noisy"], summary["engine"] = report["timing"]["noisy"], report["engine"]["path"]
     if "served" in report:
-        summary["served"] = {
-            k: report["served"][k]
-            for k in ("tau", "per_position_acceptance", "equal_prompts", "verdict", "speedup")
-            if k in report["served"]
-        }
+        summary["served"] = {k: report["served"][k] for k in SERVED_SUMMARY if k in report["served"]}
     for warning in speed_warnings(report):
         print(f"warning: {warning}", file=sys.stderr)
     print(json.dumps(summary))

@@ -31,7 +31,16 @@ class VLLMServeConfig:
     speed_repeats: int = 2
 
 
-SERVING_ENGINES = ("vllm",)  # eval.serve's choices: eval/serving/__init__.py SERVERS serves each
+@dataclass
+class LlamaCppServeConfig:
+    """How llama-server is used for the served check (eval.serve=llamacpp)."""
+
+    # The served speed-up: each prompt decoded alone by llama-server with and without the drafter, this many times
+    # each, interleaved (0 = measure acceptance only, start no second server)
+    speed_repeats: int = 2
+
+
+SERVING_ENGINES = ("vllm", "llamacpp")  # eval.serve's choices: eval/serving/__init__.py SERVERS serves each
 
 
 @dataclass
@@ -72,3 +81,4 @@ class EvalConfig:
     serve: Optional[str] = None
     served_tolerance: float = 0.05  # served τ may differ from ours by this fraction (see README: served check)
     vllm: VLLMServeConfig = field(default_factory=VLLMServeConfig)
+    llamacpp: LlamaCppServeConfig = field(default_factory=LlamaCppServeConfig)

@@ -18,7 +18,7 @@ from eval.sampling import SamplingParams
 from eval.speculative import DecodeStats
 from eval.static_engine import Engine
 from eval.timing import repeat_drift, speedup_spread, timing_verdict
-from heads.card import speed_warnings, speedup_text, timing_device
+from heads.card import served_engine, speed_warnings, speedup_text, timing_device
 from heads.formats.fingerprint import SAMPLES_FILE
 from heads.formats.staging import atomic_write_text
 
@@ -244,19 +244,19 @@ The prompts' categories, each measured at {at} on its own batches; the speed-up 
 
 
 def _served_markdown(sv: dict) -> str:
-    """The served check: vLLM's own counters next to ours, per position, and the verdict."""
+    """The served check: the engine's own counters next to ours, per position, and the verdict."""
     rows = "\n".join(
         f"| {i + 1} | {o:.3f} | {v:.3f} |"
         for i, (o, v) in enumerate(zip(sv["ours"]["per_position_acceptance"], sv["per_position_acceptance"]))
     )
     return f"""
-## Served check: vLLM {sv["vllm_version"]}, method `{sv["method"]}`
+## Served check: {served_engine(sv)}, method `{sv["method"]}`
 The export `{sv["drafter_dir"]}` served as is, greedy chains of γ = {sv["num_speculative_tokens"]}.
 **Verdict: {sv["verdict"]}** — {sv["reason"]}.
 
 | | ours | served |
 |---|---|---|
-| τ (1 + accepted drafts per step, as vLLM counts) | {sv["ours"]["tau"]:.3f} | {sv["tau"]:.3f} |{_served_speed_rows(sv)}
+| τ (1 + accepted drafts per step) | {sv["ours"]["tau"]:.3f} | {sv["tau"]:.3f} |{_served_speed_rows(sv)}
 
 | i | ours | served |
 |---|---|---|
@@ -265,7 +265,7 @@ The export `{sv["drafter_dir"]}` served as is, greedy chains of γ = {sv["num_sp
 
 
 def _served_speed_rows(sv: dict) -> str:
-    """Speed-ups side by side: ours over our autoregressive decoding, vLLM's over vLLM without the drafter."""
+    """Speed-ups side by side: ours over our autoregressive decoding, the engine's over itself without the drafter."""
     if "speedup" not in sv:
         return ""
     tps = sv["tokens_per_second"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from heads.formats import ENGINE_NAMES
+
 
 def render_model_card(provenance: dict, *, library: str, usage: str, details: str, gamma: int) -> str:
     """README.md with HF metadata (YAML front matter), the measured acceptance and the family's sections."""
@@ -118,8 +120,19 @@ def speed_warnings(ev: dict) -> list[str]:
         )
     served = ev.get("served") or {}
     if isinstance(served.get("speedup"), (int, float)) and served["speedup"] < 1:
-        out.append(f"Served by vLLM the speed-up was {served['speedup']:.2f}×: slower than vLLM without speculation.")
+        engine = served_engine(served).split(" ")[0]
+        out.append(
+            f"Served by {engine} the speed-up was {served['speedup']:.2f}×: slower than {engine} without speculation."
+        )
     return out
+
+
+def served_engine(served: dict) -> str:
+    """The engine and version a served check ran on, as users spell it: 'vLLM 0.32.0', 'llama.cpp b…'
+    (reports older than the engine field were vLLM's)."""
+    engine = served.get("engine", "vllm")
+    version = served.get("engine_version") or served.get("vllm_version") or served.get("version") or ""
+    return f"{ENGINE_NAMES.get(engine, engine)} {version}".strip()
 
 
 def _origin(provenance: dict) -> str:
@@ -163,17 +176,17 @@ def _model_index(name: str, ev: dict) -> str:
 
 
 def _served_line(ev: dict) -> str:
-    """The served check's outcome, when one ran: these very files, served by vLLM."""
+    """The served check's outcome, when one ran: these very files, served by an engine users deploy."""
     sv = ev.get("served")
     if not sv:
         return ""
     return (
-        f"\n\nServed check: vLLM {sv['vllm_version']} (`{sv['method']}`, γ = {sv['num_speculative_tokens']})"
+        f"\n\nServed check: {served_engine(sv)} (`{sv['method']}`, γ = {sv['num_speculative_tokens']})"
         f" served these files with τ {sv['tau']:.3f} against drafthub's {sv['ours']['tau']:.3f}"
         " (both as 1 + accepted drafts per step), outputs equal to the"
         f" target's greedy output on {sv['equal_prompts']}/{sv['num_prompts']} prompts: **{sv['verdict']}**."
         + (
-            f" Served speed-up over vLLM without speculation: {speedup_text(sv)}"
+            f" Served speed-up over {served_engine(sv).split(' ')[0]} without speculation: {speedup_text(sv)}"
             f" (drafthub's engine on the same prompts: {speedup_text(ev)})."
             if "speedup" in sv
             else ""

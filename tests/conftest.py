@@ -13,8 +13,12 @@ torch.set_num_threads(2)
 
 @pytest.fixture(scope="session", autouse=True)
 def _cache_dir(tmp_path_factory):
-    """Use the caller's $DRAFTHUB_CACHE if set (fast reruns), else a per-session temporary one."""
+    """Use the caller's $DRAFTHUB_CACHE if set (fast reruns), else a per-session temporary one. llama.cpp's build
+    (scripts/build_llamacpp.py, minutes) stays where the caller's cache has it."""
+    from heads.formats import llamacpp
+
     if "DRAFTHUB_CACHE" not in os.environ:
+        os.environ.setdefault("DRAFTHUB_LLAMACPP", str(llamacpp.home()))
         os.environ["DRAFTHUB_CACHE"] = str(tmp_path_factory.mktemp("drafthub-cache"))
     yield
 

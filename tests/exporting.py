@@ -10,7 +10,9 @@ from heads.formats.staging import staged_directory
 VERIFIER = {"name_or_path": "toyworld:micro", "architectures": ["LlamaForCausalLM"]}
 
 
-def export(drafter, out: Path, *, tokenizer=None, verifier=None, num_speculative_tokens: int = 3) -> Path:
+def export(
+    drafter, out: Path, *, tokenizer=None, verifier=None, num_speculative_tokens: int = 3, engines: tuple = ()
+) -> Path:
     family = FAMILIES[drafter.kind]
     with tempfile.TemporaryDirectory() as native:
         if family.trainable:
@@ -21,6 +23,7 @@ def export(drafter, out: Path, *, tokenizer=None, verifier=None, num_speculative
             tokenizer=tokenizer,
             verifier=verifier or VERIFIER,
             num_speculative_tokens=num_speculative_tokens,
+            engines=engines,
         )
         with staged_directory(out) as tmp:
             family.export(job, tmp)

@@ -33,6 +33,7 @@ from heads.eagle import Eagle3Drafter
 from heads.eagle1 import Eagle1Drafter
 from heads.errors import HeadsError
 from heads.families import CATEGORIES, FAMILIES, SIGNALS, ExportJob, family_of_export, get_family, model_card
+from heads.formats import ENGINE_NAMES
 from heads.formats.staging import staged_directory
 from heads.layer_skip import LayerSkipDrafter
 from heads.medusa import MedusaHeads
@@ -70,7 +71,7 @@ def test_every_family_has_every_table_entry_it_needs(kind):
     # Trainable ⇔ a training setup: a training-free family must not carry a dead row either.
     assert (kind in SETUPS) == family.trainable, "train/setups/__init__.py SETUPS"
     engines = [c.engine for c in family.consumers]
-    assert len(engines) == len(set(engines)) and set(engines) <= {"vllm", "sglang", "transformers"}
+    assert len(engines) == len(set(engines)) and set(engines) <= set(ENGINE_NAMES) | {"transformers"}
     assert family.category in CATEGORIES, "the registry's leaderboard filters by it"
     assert family.category != "training-free" or not family.trainable or kind == "layer_skip"  # a search, no weights
     assert kind in _toy_recipe_kinds(), "a toy recipe (recipes/toy*.yaml) that runs the family here"
@@ -217,7 +218,10 @@ def test_each_export_is_recognised_as_its_own_family_loads_and_lints(kind, tmp_p
     family.lint(out)
     assert family.load(out, target) is not None
     for consumer in family.consumers:  # each engine's layout is written where it loads it from
-        assert (out / (consumer.subdir or "") / "config.json").is_file()
+        if consumer.optional:  # written only when asked for (publish.engines): tests/serving/test_llamacpp.py
+            assert consumer.subdir is None or not (out / consumer.subdir).exists()
+        else:
+            assert (out / (consumer.subdir or "") / "config.json").is_file()
         if consumer.checked:
             config = consumer.speculative_config(out, 3)
             assert isinstance(config["method"], str) and config["num_speculative_tokens"] == 3

@@ -12,6 +12,7 @@ import json
 import os
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -20,6 +21,7 @@ from eval.report import pyplot, save_figure
 from eval.serving import missing_reason
 from heads.card import served_tau_text, speedup_text
 from heads.families import get_family
+from heads.formats import ENGINE_NAMES
 from heads.formats.staging import atomic_write_text
 
 SHARED = ("target", "data", "eval", "eval_split", "eval_prompts", "eval_prompts_column", "device")
@@ -65,7 +67,7 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> di
     evaluated on the first workload, is published there: a registry whose leaderboard is the bake-off.
     """
     cfg = OmegaConf.to_object(dict_config)
-    serve = "vllm" if cfg.bakeoff.serve == "auto" and missing_reason("vllm") is None else None
+    serve = bakeoff_engine(cfg.bakeoff.serve)
     if cfg.bakeoff.serve == "auto" and serve is None:
         print(f"bake-off: no served check ({missing_reason('vllm')})")
     distill(cfg.target, cfg.data, root / "data", device)  # once, for every contender
@@ -92,11 +94,18 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> di
             }
             for workload, overrides in workloads.items()
         },
-        "served_check": serve is not None,
+        "served_check": serve,  # the engine (falsy: none)
         "settings": OmegaConf.to_container(dict_config.eval, resolve=True),
     }
     write_comparison(root / OUT, comparison)
     return comparison
+
+
+def bakeoff_engine(setting: str) -> Optional[str]:
+    """bakeoff.serve → the engine serving every contender: auto = vLLM where it is installed, off = none."""
+    if setting == "auto":
+        return "vllm" if missing_reason("vllm") is None else None
+    return None if setting == "off" else setting
 
 
 def _link_shared(run_dir: Path, root: Path, name: str, first: bool) -> None:
@@ -218,7 +227,7 @@ def write_comparison(out: Path, comparison: dict) -> None:
     print(render_markdown(comparison))
 
 
-def _table(rows: list[dict], served: bool) -> list[str]:
+def _table(rows: list[dict], served) -> list[str]:
     head = (
         "| recipe | drafter | τ | α | c | drafter forwards/step | speed-up (95% interval) | lossless | parameters "
         "| training | training data |"
@@ -232,7 +241,7 @@ def _table(rows: list[dict], served: bool) -> list[str]:
         f"| {_data(r.get('training_data'))} |"
         + (
             f" {served_tau_text({'tau': r['served_tau'], 'ours_tau': r.get('served_ours_tau')})} "
-            f"| {r['served_verdict'] or _not_served(r)} "
+            f"| {r['served_verdict'] or _not_served(r, _engine(served))} "
             f"| {speedup_text(r, 'served_speedup', 'served_speedup_spread')} |"
             if served
             else ""
@@ -254,9 +263,14 @@ def _data(data: dict | None) -> str:
     return f"{data['samples']} samples{source}, {data['policy'].replace('_', '-')}"
 
 
-def _not_served(row: dict) -> str:
+def _engine(served) -> str:
+    """The comparison's served engine (comparisons older than the engine name held True, for vLLM)."""
+    return "vllm" if served is True else served
+
+
+def _not_served(row: dict, engine: str) -> str:
     family = get_family(row["kind"])
-    return family.not_served("vllm") or "—"
+    return family.not_served(engine) or "—"
 
 
 def render_markdown(comparison: dict) -> str:
@@ -269,9 +283,9 @@ def render_markdown(comparison: dict) -> str:
         f"{s['max_new_tokens']} tokens, γ = {s['num_speculative_tokens']}, temperature {s['temperature']}, "
         f"tree {s['tree']}. Training-free contenders count their search (layer skipping) or nothing as training."
         + (
-            " Served τ: vLLM serving each export (1 + accepted drafts per step)."
+            f" Served τ: {ENGINE_NAMES.get(_engine(served))} serving each export (1 + accepted drafts per step)."
             if served
-            else " No served check (vLLM not installed)."
+            else " No served check (vLLM not installed, or bakeoff.serve=off)."
         ),
     ]
     for workload, result in comparison["workloads"].items():

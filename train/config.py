@@ -73,6 +73,9 @@ class PublishConfig:
     # re-measure τ on verify_prompts of its own eval prompts before publishing (train/registry/claim_check.py);
     # the local registry lists the re-measured figures. 0 = off (the gate still checks the figures' digest)
     verify_prompts: int = 8
+    # optional engine layouts added to the export: llamacpp writes gguf/ (the drafter as GGUF, by llama.cpp's own
+    # converter; `python scripts/build_llamacpp.py` builds it once). eval.serve=llamacpp adds it too
+    engines: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -91,7 +94,8 @@ class BakeoffConfig:
     recipes: List[str] = field(
         default_factory=list
     )  # contenders (recipe names) trained and evaluated alike; empty = a normal run
-    serve: str = "auto"  # auto: served check of every contender where vLLM is installed | off
+    # the engine serving every contender's export: auto (vLLM where installed) | vllm | llamacpp | off
+    serve: str = "auto"
     speedup_tie: float = (
         0.03  # speed-ups within this share of the fastest count as equal; then the higher τ is recommended
     )

@@ -61,7 +61,9 @@ def stage_hashes(cfg: RunConfig, cfg_dict: dict) -> dict[str, str]:
         cfg.eval_prompts_column,
         source_identity(cfg.eval_prompts) if cfg.eval_prompts else None,
     )
-    evaluation = _hash(train, output_settings(EvalConfig, cfg_dict["eval"]), *eval_inputs)
+    # the eval stage writes the export, so the optional engine layouts it adds (publish.engines) are its inputs
+    layouts = [sorted(cfg.publish.engines)] if cfg.publish.engines else []
+    evaluation = _hash(train, output_settings(EvalConfig, cfg_dict["eval"]), *eval_inputs, *layouts)
     return {
         "distill": data,
         "train": train,

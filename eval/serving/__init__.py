@@ -1,7 +1,7 @@
 """Serving truth: an engine users deploy serves the exported directory, and what it does is compared with
 drafthub's own engine (greedy outputs token for token, τ and per-position acceptance as the engine counts them).
 
-One module per engine (vllm.py today), listed in SERVERS; each has `missing_reason()` and `served_check(...)`.
+One module per engine (vllm.py, llamacpp.py), listed in SERVERS; each has `missing_reason()` and `served_check(...)`.
 The engine's name is the consumer's (heads/formats/), so `eval.serve=<engine>` checks exactly the speculative
 config the model card prints for it.
 """
@@ -15,9 +15,9 @@ from typing import Callable, Optional
 from eval.config import EvalConfig
 from eval.errors import EvalError
 from eval.run import evaluate
-from eval.serving import vllm
+from eval.serving import llamacpp, vllm
 
-SERVERS = {vllm.ENGINE: vllm}
+SERVERS = {vllm.ENGINE: vllm, llamacpp.ENGINE: llamacpp}
 
 
 def server(engine: str):
@@ -50,7 +50,7 @@ def served_hook(
     """The `served` callable `evaluate` runs before writing its report (eval.serve=ENGINE).
 
     Args:
-        export_dir: the export directory vLLM serves (the one our engine measured, as published).
+        export_dir: the export directory the engine serves (the one our engine measured, as published).
         chain_proposer: builds a chain proposer, for our chain figures when the report is a tree's
             (vLLM serves chains).
     """
@@ -71,6 +71,7 @@ def served_hook(
             eos_ids=eos_ids,
             dtype=dtype,
             trust_remote_code=trust_remote_code,
+            target_model=target_model,
         )
 
     return served

@@ -26,12 +26,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import torch
-
 from eval.config import EvalConfig, VLLMServeConfig
 from eval.errors import EvalError
-from eval.serving.base import served_figures, verdict
-from eval.timing import repeat_drift, speedup_spread, timing_verdict
+from eval.serving.base import served_figures, served_speed, verdict
 from heads.families import family_of_export
 from heads.formats.fingerprint import served_files_hash
 
@@ -92,49 +89,6 @@ def _timed(llm, request, params) -> tuple[int, float]:
     return len(out[0].outputs[0].token_ids), time.perf_counter() - t0
 
 
-def served_speed(spec_llm, base_llm, requests: list, params, *, repeats: int, cfg: EvalConfig) -> dict:
-    """vLLM with the drafter vs vLLM without it: tokens/s both ways, the speed-up, its spread and noise flag.
-
-    Each prompt is sent alone (batch 1, as our engine's eval decodes), to one engine then the other,
-    the order alternating per prompt and repeat, so that drift on the machine hits both sides alike.
-    """
-    spec_runs = [[0, 0.0] for _ in requests]
-    base_runs = [[[0, 0.0] for _ in requests] for _ in range(repeats)]
-    for r in range(repeats):
-        for i, request in enumerate(requests):
-            engines = [("spec", spec_llm), ("base", base_llm)]
-            for side, llm in engines if (r + i) % 2 == 0 else engines[::-1]:
-                tokens, seconds = _timed(llm, request, params)
-                run = spec_runs[i] if side == "spec" else base_runs[r][i]
-                run[0] += tokens
-                run[1] += seconds
-    base_tokens = [sum(base_runs[r][i][0] for r in range(repeats)) for i in range(len(requests))]
-    base_seconds = [sum(base_runs[r][i][1] for r in range(repeats)) for i in range(len(requests))]
-    spec_tokens, spec_seconds = [t for t, _ in spec_runs], [s for _, s in spec_runs]
-    tps = {
-        "speculative": sum(spec_tokens) / sum(spec_seconds),
-        "no_speculation": sum(base_tokens) / sum(base_seconds),
-    }
-    speedup = tps["speculative"] / tps["no_speculation"]
-    spread = speedup_spread(spec_tokens, spec_seconds, base_tokens, base_seconds)
-    first, last = base_runs[0], base_runs[-1]
-    drift = repeat_drift(*zip(*first), *zip(*last)) if repeats > 1 else 0.0
-    return {
-        "speedup": speedup,
-        "speedup_spread": spread,
-        "tokens_per_second": tps,
-        "speed_repeats": repeats,
-        "timing": timing_verdict(
-            drift,
-            spread,
-            speedup,
-            drift_tolerance=cfg.timing_drift_tolerance,
-            max_interval=cfg.timing_max_interval,
-            device=torch.device("cuda" if torch.cuda.is_available() else "cpu"),
-        ),
-    }
-
-
 def serve_and_decode(
     target: str,
     speculative_config: dict,
@@ -183,7 +137,9 @@ def serve_and_decode(
             base = _start_engine(target, settings, None, **engine_args)
             for request in requests[: speed.warmup_prompts]:  # untimed, as in our engine's eval
                 _timed(llm, request, params), _timed(base, request, params)
-            timing = served_speed(llm, base, requests, params, repeats=speed.vllm.speed_repeats, cfg=speed)
+            timing = served_speed(
+                llm, base, requests, lambda e, r: _timed(e, r, params), repeats=speed.vllm.speed_repeats, cfg=speed
+            )
         return outputs, counters, timing
     finally:
         _shutdown(llm)
@@ -202,8 +158,10 @@ def served_check(
     eos_ids: set[int],
     dtype: str,
     trust_remote_code: bool = False,
+    target_model=None,
 ) -> dict:
     """The report's `served` section for `drafter_dir` (an export directory), served at γ = cfg.num_speculative_tokens.
+    (target_model is unused: vLLM serves the target's own files in the same precision, so outputs compare as they are.)
 
     Args:
         reference: the target's greedy output per prompt (our engine's autoregressive decoding).
@@ -236,10 +194,11 @@ def served_check(
     # Compared as vLLM counts: 1 + accepted drafts per step. Our report's τ (tokens kept per
     # forward) also loses the drafts accepted past max_new_tokens, which vLLM's counters keep.
     our_tau = 1 + sum(ours["per_position_acceptance"])
-    status, why = verdict(our_tau, figures["tau"], equal, len(prompts), cfg.served_tolerance)
+    status, why = verdict(our_tau, figures["tau"], equal, len(prompts), cfg.served_tolerance, engine="vLLM")
     return {
         "engine": "vllm",
         "vllm_version": vllm.__version__,
+        "engine_version": vllm.__version__,
         "method": speculative_config["method"],
         "num_speculative_tokens": gamma,
         **figures,

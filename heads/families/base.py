@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from heads.errors import HeadsError
-from heads.formats import Consumer
+from heads.formats import ENGINE_NAMES, Consumer
 
 SIGNALS = ("tokens", "final_normed", "layer_ids")  # none beyond the tokens; the lm_head input; layer_ids states
 # the groups a registry's leaderboard filters by: what a user choosing a drafter compares
 CATEGORIES = ("draft LM", "Medusa", "EAGLE", "parallel", "training-free")
 CONFIG = "config.json"
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}  # as users spell them in messages
 SIZE_KEYS = ("hidden_size", "n_embd", "d_model")  # a causal LM's width, under its architecture's own key
 
 
@@ -31,6 +30,7 @@ class ExportJob:
     verifier: dict  # {"name_or_path", "architectures"} of the target (formats that name it)
     num_speculative_tokens: int  # γ, where a format carries a default one (speculators)
     skip: tuple[str, ...] = ()  # files of the checkpoint that are the trainer's bookkeeping, not the drafter's
+    engines: tuple[str, ...] = ()  # optional consumers whose layout is asked for (Consumer.optional), e.g. llamacpp
 
 
 def no_text(provenance: dict) -> str:
@@ -96,11 +96,15 @@ class Family:
             return f"{ENGINE_NAMES.get(engine, engine)} does not serve {self.kind} drafters"
         return consumer.missing() or (None if consumer.checked else f"drafthub does not start {engine}")
 
+    def optional_engines(self, asked) -> tuple[str, ...]:
+        """The engines among `asked` (publish.engines, eval.serve) whose optional layout this family's export gets."""
+        return tuple(c.engine for c in self.consumers if c.optional and c.engine in asked)
+
     def export(self, job: ExportJob, out: Path) -> None:
         """Fill a (staged, empty) export directory: the family's files, then each consumer's own layout."""
         self.write(job, out)
         for consumer in self.consumers:
-            if consumer.write is not None:
+            if consumer.write is not None and (not consumer.optional or consumer.engine in job.engines):
                 consumer.write(job, out / consumer.subdir if consumer.subdir else out)
 
 

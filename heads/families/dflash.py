@@ -23,7 +23,7 @@ from heads.config import DFlashConfig
 from heads.dflash import DFlashArch, DFlashDrafter, check_dflash_settings, check_dflash_target
 from heads.errors import HeadsError
 from heads.families.base import ExportJob, Family, read_config
-from heads.formats import vllm
+from heads.formats import llamacpp, vllm
 from heads.formats.dflash_vllm_cpu import served_patch
 
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
@@ -158,6 +158,19 @@ embeddings and lm_head are shared, so none ships here. It was trained for blocks
 `num_speculative_tokens` up to {block - 1 if isinstance(block, int) else "block_size − 1"}."""
 
 
+def _llamacpp_refuses(job: ExportJob):
+    """llama.cpp's draft-dflash reads the target's layer *inputs*: the last layer's output has none (llama-server
+    aborts on its first decode), so a DFlash fusing it cannot be served there."""
+    layers = json.loads((llamacpp.local_dir(job.verifier["name_or_path"]) / CONFIG).read_text())["num_hidden_layers"]
+    ids = DFlashDrafter.from_pretrained(job.checkpoint).arch.layer_ids
+    if max(ids) >= layers:
+        return (
+            f"it fuses the target's last layer (drafter.layer_ids={list(ids)} of {layers}), and llama.cpp's "
+            f"draft-dflash reads only layer inputs; train it with layer ids below {layers}"
+        )
+    return None
+
+
 FAMILY = Family(
     kind="dflash",
     schema=DFlashConfig,
@@ -169,7 +182,10 @@ FAMILY = Family(
     load=load_dflash,  # (path, target): the target's embeddings and lm_head are shared
     lint=load_dflash,
     library="vllm",
-    consumers=(vllm.consumer("dflash", patch=served_patch),),
+    consumers=(
+        vllm.consumer("dflash", patch=served_patch),
+        llamacpp.consumer("draft-dflash", feature_drafter=True, refuse=_llamacpp_refuses),
+    ),
     about=_about,
     describe=_describe,
     check=check_dflash_settings,

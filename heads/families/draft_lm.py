@@ -5,7 +5,7 @@ from __future__ import annotations
 from heads.config import DraftLMConfig
 from heads.draft_lm import DraftLM
 from heads.families.base import Family, copy_with_tokenizer, is_causal_lm
-from heads.formats import transformers, vllm
+from heads.formats import llamacpp, transformers, vllm
 from heads.layer_skip import LAYER_SKIP_KEY
 from heads.pard import MASK_KEY
 
@@ -26,5 +26,5 @@ FAMILY = Family(
     load=lambda path, target: DraftLM.from_pretrained(path),
     lint=DraftLM.from_pretrained,
     library="transformers",
-    consumers=(vllm.consumer("draft_model"), transformers.ASSISTANT),
+    consumers=(vllm.consumer("draft_model"), llamacpp.consumer("draft-simple"), transformers.ASSISTANT),
 )

@@ -9,7 +9,7 @@ from heads.config import Eagle3Config
 from heads.eagle import Eagle3Drafter, eagle3_layer_ids
 from heads.errors import HeadsError
 from heads.families.base import ExportJob, Family, read_config
-from heads.formats import sglang, vllm
+from heads.formats import llamacpp, sglang, vllm
 from heads.formats.speculators import check_speculators, load_speculators, save_speculators
 
 
@@ -77,7 +77,7 @@ FAMILY = Family(
     load=load_speculators,
     lint=check_speculators,
     library="vllm",
-    consumers=(vllm.consumer("eagle3"), sglang.EAGLE3),
+    consumers=(vllm.consumer("eagle3"), llamacpp.consumer("draft-eagle3", feature_drafter=True), sglang.EAGLE3),
     about=_about,
     details=details,
     describe=describe,

@@ -7,7 +7,7 @@ from pathlib import Path
 from heads.config import LayerSkipConfig
 from heads.errors import HeadsError
 from heads.families.base import Family, copy_with_tokenizer, is_causal_lm, read_config
-from heads.formats import transformers, vllm
+from heads.formats import llamacpp, transformers, vllm
 from heads.layer_skip import LAYER_SKIP_KEY, LayerSkipDrafter, check_skip_layers
 
 
@@ -62,7 +62,7 @@ FAMILY = Family(
     load=lambda path, target: LayerSkipDrafter.from_pretrained(path),
     lint=LayerSkipDrafter.from_pretrained,
     library="transformers",
-    consumers=(vllm.consumer("draft_model"), transformers.ASSISTANT),
+    consumers=(vllm.consumer("draft_model"), llamacpp.consumer("draft-simple"), transformers.ASSISTANT),
     details=_details,
     describe=_describe,
     check=_check,

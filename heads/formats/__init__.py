@@ -1,5 +1,5 @@
-"""Serving consumers and the formats they load: one module per engine (vllm.py, sglang.py, transformers.py),
-plus the formats several families share (speculators.py) and the staging every writer goes through.
+"""Serving consumers and the formats they load: one module per engine (vllm.py, sglang.py, llamacpp.py,
+transformers.py), plus the formats several families share (speculators.py) and the staging every writer goes through.
 
 A `Consumer` is what one engine needs from one family's export: where its layout lives, how to write it,
 the engine's speculative config (what the served check starts the engine with), and the snippet the model
@@ -13,6 +13,8 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "llamacpp": "llama.cpp"}  # as users spell them in messages
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,12 @@ class Consumer:
     # True: the drafter drafts from earlier requests' outputs (suffix decoding's global tree), so the served
     # check sends the prompts one at a time, in eval order, as drafthub's batch-1 engine decodes them
     in_order: bool = False
+    # True: its layout is written only when asked for (ExportJob.engines: publish.engines, or eval.serve naming
+    # it), because writing it needs a tool installed apart (llama.cpp's converter) or costs a conversion
+    optional: bool = False
+    # the engine drafts by another rule than drafthub's engine (stated here): its τ is reported beside ours, only its
+    # outputs are judged (e.g. llama.cpp's ngram-simple takes the latest match of one n-gram size)
+    rule_difference: Optional[str] = None
 
     @property
     def checked(self) -> bool:

@@ -9,10 +9,10 @@ LAYER_IDS = [1, 2]  # the micro target has 2 layers: entering layer 1, and its l
 MASK = 3  # a token id of the micro vocabulary the mask slots read
 
 
-def denoising_objective(target, block_size: int = 4, anchors: int = 16) -> DFlashDenoising:
+def denoising_objective(target, block_size: int = 4, anchors: int = 16, layer_ids=LAYER_IDS) -> DFlashDenoising:
     return DFlashDenoising(
         target,
-        LAYER_IDS,
+        list(layer_ids),
         block_size=block_size,
         mask_token_id=MASK,
         anchors_per_sequence=anchors,
@@ -21,8 +21,10 @@ def denoising_objective(target, block_size: int = 4, anchors: int = 16) -> DFlas
     )
 
 
-def fit_dflash(target, layers: int = 1, block_size: int = 4, steps: int = 60, seed: int = 0) -> DFlashDrafter:
+def fit_dflash(
+    target, layers: int = 1, block_size: int = 4, steps: int = 60, seed: int = 0, layer_ids: tuple = LAYER_IDS
+) -> DFlashDrafter:
     batch = sampled_text(target, seed)
-    cfg = DFlashConfig(layer_ids=LAYER_IDS, block_size=block_size, num_hidden_layers=layers, mask_token_id=MASK)
+    cfg = DFlashConfig(layer_ids=list(layer_ids), block_size=block_size, num_hidden_layers=layers, mask_token_id=MASK)
     drafter = DFlashDrafter.from_target(cfg, target, MASK)
-    return fit(drafter, denoising_objective(target, block_size), batch, steps)
+    return fit(drafter, denoising_objective(target, block_size, layer_ids=layer_ids), batch, steps)

@@ -65,15 +65,11 @@ def test_fingerprint_ignores_provenance_and_sees_every_served_byte(tmp_path, tar
     assert served_files_hash(a) != served_files_hash(b)
 
 
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory, target, tokenizer):
-    """One fitted drafter per kind, exported in its serving format."""
-    from tests.eval.eagle_fit import fit_eagle, fit_eagle1
+def fitted_draft_lm(target, tokenizer) -> DraftLM:
+    """A small draft LM fitted to the micro target (60 steps of forward KL on its sampled text)."""
     from tests.eval.fitting import fit, sampled_text
-    from tests.eval.medusa_fit import fit_heads
     from train.setups.draft_lm import DraftLMDistillation
 
-    root = tmp_path_factory.mktemp("exports")
     torch.manual_seed(0)
     draft = DraftLM.from_config(
         DraftLMConfig(hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2),
@@ -81,6 +77,17 @@ def exports(tmp_path_factory, target, tokenizer):
         tokenizer,
     )
     fit(draft, DraftLMDistillation(target, "fkl", target.config.vocab_size), sampled_text(target), steps=60)
+    return draft
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory, target, tokenizer):
+    """One fitted drafter per kind, exported in its serving format."""
+    from tests.eval.eagle_fit import fit_eagle, fit_eagle1
+    from tests.eval.medusa_fit import fit_heads
+
+    root = tmp_path_factory.mktemp("exports")
+    draft = fitted_draft_lm(target, tokenizer)
     verifier = {"name_or_path": "toyworld:micro", "architectures": ["LlamaForCausalLM"]}
     return {
         "draft_lm": export(draft, root / "draft_lm", tokenizer=tokenizer),

@@ -111,7 +111,7 @@ def check_report(report: Optional[dict], min_tau: float, name: str, samples_path
     if served and served.get("verdict") != "ok":
         raise PublishError(
             f"refusing to publish {name}: the served check failed ({served.get('reason')}); "
-            "fix the export and re-run eval with eval.serve=vllm"
+            f"fix the export and re-run eval with eval.serve={served.get('engine', 'vllm')}"
         )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
-from heads.card import served_tau_text, speedup_text
+from heads.card import served_engine, served_tau_text, speedup_text
 
 Sortable = Optional[Union[float, str]]
 
@@ -34,7 +34,7 @@ def _speedup(row: dict) -> str:
 
 def _served_check(row: dict) -> str:
     served = _served(row)
-    return "–" if not served else f"{served['verdict']} (vLLM {served['version']})"
+    return "–" if not served else f"{served['verdict']} ({served_engine(served)})"
 
 
 def _re_measured(row: dict) -> str:

@@ -81,7 +81,7 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
         if not served
         else {
             "engine": served["engine"],
-            "version": served["vllm_version"],
+            "version": served.get("engine_version") or served.get("vllm_version"),
             "tau": served["tau"],
             "ours_tau": (served.get("ours") or {}).get("tau"),  # ours counted as the engine counts
             "verdict": served["verdict"],

@@ -38,6 +38,7 @@ def export_drafter(run: Run, family: Family, tokenizer, target) -> str:
         },
         num_speculative_tokens=cfg.eval.num_speculative_tokens,
         skip=(SUMMARY,),
+        engines=family.optional_engines([*cfg.publish.engines, cfg.eval.serve]),
     )
     with staged_directory(paths.drafter) as tmp:
         family.export(job, tmp)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from distill.config import DATA_SOURCES
 from distill.errors import DistillError
+from eval.config import SERVING_ENGINES
 from eval.proposers import check_eval_settings
 from eval.serving import missing_reason
 from eval.vocabulary import tokenizer_matches
@@ -44,10 +45,13 @@ def check_run(cfg: RunConfig) -> None:
     check_eval_settings(family.kind, cfg.drafter, cfg.eval)
     if "eval" in cfg.stages or cfg.bakeoff.recipes:
         check_eval_source(cfg)
-    if cfg.bakeoff.serve not in ("auto", "off"):
+    if cfg.bakeoff.serve not in ("auto", "off", *SERVING_ENGINES):
         raise PipelineError(
-            f"bakeoff.serve={cfg.bakeoff.serve!r}; use auto (served check where vLLM is installed) or off"
+            f"bakeoff.serve={cfg.bakeoff.serve!r}; use auto (served check where vLLM is installed), "
+            f"one of {list(SERVING_ENGINES)}, or off"
         )
+    if cfg.bakeoff.recipes and cfg.bakeoff.serve in SERVING_ENGINES and missing_reason(cfg.bakeoff.serve):
+        raise PipelineError(f"bakeoff.serve={cfg.bakeoff.serve}: {missing_reason(cfg.bakeoff.serve)}, or set it off")
     unknown = sorted(set(cfg.bakeoff.overrides) - {"all", *cfg.bakeoff.recipes})
     if unknown:
         raise PipelineError(
@@ -58,6 +62,9 @@ def check_run(cfg: RunConfig) -> None:
         raise PipelineError(f"eval.serve={cfg.eval.serve}: {missing_reason(cfg.eval.serve)}, or set eval.serve=null")
     if cfg.eval.serve and family.not_served(cfg.eval.serve):
         raise PipelineError(f"eval.serve={cfg.eval.serve}: {family.not_served(cfg.eval.serve)}; set eval.serve=null")
+    for engine in cfg.publish.engines:
+        if family.not_served(engine):
+            raise PipelineError(f"publish.engines has {engine}: {family.not_served(engine)}; leave it out")
 
 
 PRECISIONS = ("auto", "no", "bf16", "fp16")

@@ -195,7 +195,7 @@ def _provenance(prov: dict) -> list[tuple[str, str]]:
         ("training", training_line(prov.get("training_data"))),
         ("recipe", recipe.get("recipe_name") or "made elsewhere, measured by `python -m eval`"),
         ("stage hash", prov.get("stage_hash") or "–"),
-        ("export sha256 (the files vLLM reads)", prov.get("export_sha256") or "–"),
+        ("export sha256 (the files engines read)", prov.get("export_sha256") or "–"),
         ("eval figures sha256", ev.get("figures_sha256") or "–"),
         ("created", prov.get("created") or "–"),
     ]

@@ -1,0 +1,270 @@
+"""Serving truth with llama.cpp: `llama-server` serves the target's GGUF with the export's GGUF drafter (the
+family's `--spec-type`), and its own counters are compared with ours.
+
+Two servers run on loopback ports chosen free: the target with the drafter, and the target alone. Every prompt is
+sent as token ids (`/completion`, greedy, no prompt cache), one request at a time; outputs are compared with the
+target's greedy output token for token, and `/metrics` gives the same spec-decode counters vLLM keeps (drafts,
+accepted, accepted per position, draft tokens). The speed-up is timed as for vLLM (eval/serving/base.py), each
+prompt alone on both servers, interleaved. A divergence at a near-tie (the target's top two logits within
+`NEAR_TIE` of each other at the first differing token, where float reordering alone can flip a greedy pick) is
+reported as such beside the count, never hidden: the verdict still counts it.
+
+Servers are always stopped: on success, failure and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+import torch
+
+from eval.config import EvalConfig
+from eval.errors import EvalError
+from eval.serving.base import served_figures, served_speed, verdict
+from heads.families import family_of_export
+from heads.formats import llamacpp
+from heads.formats.fingerprint import served_files_hash
+
+ENGINE = llamacpp.ENGINE
+NEAR_TIE = 0.01  # logit gap below which a greedy pick may flip with the order of float additions
+START_TIMEOUT_S = 300
+PER_POSITION = r'^llamacpp:spec_decode_num_accepted_tokens_per_pos_total\{position="(\d+)"\} (\S+)$'
+
+
+def missing_reason() -> Optional[str]:
+    return llamacpp.missing()
+
+
+def server_version() -> str:
+    """llama-server's own version line, e.g. '0.5.0-dev (build 1, commit 0c1e570)'."""
+    done = subprocess.run([str(llamacpp.tool("llama-server")), "--version"], capture_output=True, text=True)
+    line = next((ln for ln in (done.stdout + done.stderr).splitlines() if ln.startswith("version:")), "version: ?")
+    return line.removeprefix("version:").strip()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 10.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read()
+
+
+@contextmanager
+def llama_server(model: Path, args: list[str], *, context: int, log: Path) -> Iterator[str]:
+    """A running llama-server for `model` (its base URL), stopped on leaving the block whatever happens."""
+    port = free_port()
+    argv = [str(llamacpp.tool("llama-server")), "-m", str(model), *args, "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["-c", str(context), "-np", "1", "--metrics", "--no-webui", "--seed", "0"]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+                raise EvalError(f"llama-server exited ({proc.returncode}) while starting: {tail} (log: {log})")
+            try:
+                if json.loads(_get(url + "/health", 2.0)).get("status") == "ok":
+                    break
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise EvalError(f"llama-server did not become ready in {START_TIMEOUT_S} s (log: {log})")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def complete(url: str, prompt: list[int], max_new_tokens: int) -> tuple[list[int], dict]:
+    """One greedy request, alone: the generated token ids and the server's timings."""
+    body = {
+        "prompt": prompt,
+        "n_predict": max_new_tokens,
+        "temperature": 0.0,
+        "top_k": 1,
+        "cache_prompt": False,  # each request pays its prompt, as our engine's timed decoding does
+        "return_tokens": True,
+        "stream": False,
+    }
+    request = urllib.request.Request(
+        url + "/completion", json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=600) as r:
+        answer = json.loads(r.read())
+    return list(answer.get("tokens") or []), answer.get("timings") or {}
+
+
+def counters(url: str) -> tuple[int, int, list[int], int]:
+    """llama-server's cumulative spec-decode counters (/metrics): drafts, accepted, per position, draft tokens."""
+    text = _get(url + "/metrics").decode()
+
+    def value(name: str) -> int:
+        match = re.search(rf"^llamacpp:{name} (\S+)$", text, re.M)
+        return int(float(match.group(1))) if match else 0
+
+    per_pos = {
+        int(p): int(float(v))
+        for p, v in re.findall(
+            r'^llamacpp:spec_decode_num_accepted_tokens_per_pos_total\{position="(\d+)"\} (\S+)$', text, re.M
+        )
+    }
+    accepted_per_pos = [per_pos.get(i, 0) for i in range(max(per_pos, default=-1) + 1)]
+    return (
+        value("spec_decode_num_drafts_total"),
+        value("spec_decode_num_accepted_tokens_total"),
+        accepted_per_pos,
+        value("spec_decode_num_draft_tokens_total"),
+    )
+
+
+def with_end_token(tokens: list[int], reference: list[int], eos_ids: set[int]) -> list[int]:
+    """llama-server stops at an end token without returning it; our reference keeps it: compare like with like."""
+    if reference[:-1] == tokens and reference and reference[-1] in eos_ids:
+        return tokens + [reference[-1]]
+    return tokens
+
+
+def near_tie(target_model, prompt: list[int], output: list[int], reference: list[int]) -> Optional[float]:
+    """The target's top-2 logit gap at the first token where `output` leaves `reference`, if below NEAR_TIE."""
+    at = next((i for i, (a, b) in enumerate(zip(output, reference)) if a != b), min(len(output), len(reference)))
+    device = next(target_model.parameters()).device
+    ids = torch.tensor([prompt + reference[:at]], device=device)
+    with torch.no_grad():
+        top2 = target_model(ids).logits[0, -1].float().topk(2).values
+    gap = float(top2[0] - top2[1])
+    return gap if gap < NEAR_TIE else None
+
+
+def served_check(
+    target: str,
+    drafter_dir: str | Path,
+    prompts: list[list[int]],
+    *,
+    reference: list[list[int]],
+    ours: dict,
+    cfg: EvalConfig,
+    eos_ids: set[int],
+    dtype: str,
+    trust_remote_code: bool = False,
+    target_model=None,
+) -> dict:
+    """The report's `served` section for `drafter_dir` served by llama-server at γ = cfg.num_speculative_tokens.
+
+    Args:
+        target: the target's directory (or a name in the local Hugging Face cache), converted to GGUF once.
+        reference: the target's greedy output per prompt (our engine's autoregressive decoding).
+        ours: our figures for a chain of γ on the same prompts.
+        target_model: the loaded target, to tell a divergence at a near-tie from a real one.
+    """
+    reason = missing_reason()
+    if reason:
+        raise EvalError(f"eval.serve={ENGINE}: {reason}")
+    family, gamma = family_of_export(drafter_dir), cfg.num_speculative_tokens
+    if family.not_served(ENGINE):
+        raise EvalError(f"{family.not_served(ENGINE)}; set eval.serve=null")
+    consumer = family.consumer(ENGINE)
+    if consumer.subdir and not (Path(drafter_dir) / consumer.subdir).is_dir():
+        raise EvalError(
+            f"{drafter_dir} has no {consumer.subdir}/ (llama.cpp's GGUF); re-export it with publish.engines=[{ENGINE}]"
+        )
+    spec = consumer.speculative_config(Path(drafter_dir), gamma)
+    t0 = time.perf_counter()
+    target_gguf = llamacpp.target_gguf(llamacpp.local_dir(target), llamacpp.home() / "targets")
+    outputs, (drafts, accepted, per_pos, draft_tokens), speed = serve_and_decode(
+        target_gguf, spec["args"], prompts, cfg, logs=Path(tempfile.mkdtemp(prefix="drafthub-llamacpp-"))
+    )
+    outputs = [with_end_token(o, r, eos_ids) for o, r in zip(outputs, reference)]
+    figures = served_figures(drafts, accepted, per_pos, gamma, draft_tokens)
+    equal = [o == r for o, r in zip(outputs, reference)]
+    ties = {
+        i: gap
+        for i, (same, p, o, r) in enumerate(zip(equal, prompts, outputs, reference))
+        if not same and target_model is not None and (gap := near_tie(target_model, p, o, r)) is not None
+    }
+    our_tau = 1 + sum(ours["per_position_acceptance"])
+    status, why = verdict(
+        our_tau,
+        figures["tau"],
+        sum(equal),
+        len(prompts),
+        cfg.served_tolerance,
+        engine="llama.cpp",
+        rule_difference=consumer.rule_difference,
+    )
+    if ties:
+        closest = min(ties.values())
+        why += f" ({len(ties)} of the differing prompts diverged at a near-tie: top-2 logits {closest:.4f} apart)"
+    return {
+        "engine": ENGINE,
+        "engine_version": server_version(),
+        "method": spec["method"],
+        "server_args": spec["args"],
+        "num_speculative_tokens": gamma,
+        **figures,
+        **(speed or {}),
+        "ours": {
+            "tau": our_tau,
+            "tau_tokens_per_forward": ours["tau"],
+            "per_position_acceptance": ours["per_position_acceptance"],
+            "speedup": ours["speedup"],
+            "speedup_spread": {k: v for k, v in ours["speedup_spread"].items() if k != "per_prompt"},
+        },
+        "equal_prompts": sum(equal),
+        "num_prompts": len(prompts),
+        "near_ties": {str(i): gap for i, gap in ties.items()},
+        "tolerance": cfg.served_tolerance,
+        "verdict": status,
+        "reason": why,
+        "drafter_dir": str(drafter_dir),
+        "files_sha256": served_files_hash(drafter_dir),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def serve_and_decode(
+    target_gguf: Path, args: list[str], prompts: list[list[int]], cfg: EvalConfig, *, logs: Path
+) -> tuple[list[list[int]], tuple[int, int, list[int], int], Optional[dict]]:
+    """Greedy outputs per prompt from llama-server started with `args`, its spec-decode counters, and (when
+    eval.llamacpp.speed_repeats > 0) the served speed-up against llama-server without the drafter.
+    Server logs go to `logs/` (kept: an error names them)."""
+    context = max(map(len, prompts)) + cfg.max_new_tokens + 2 * cfg.num_speculative_tokens + 8
+    logs.mkdir(parents=True, exist_ok=True)
+    repeats, timed = cfg.llamacpp.speed_repeats, _timed(cfg.max_new_tokens)
+    with llama_server(target_gguf, args, context=context, log=logs / "with_drafter.log") as spec_url:
+        outputs = [complete(spec_url, p, cfg.max_new_tokens)[0] for p in prompts]
+        found = counters(spec_url)  # before the timed runs add to them
+        if repeats == 0:
+            return outputs, found, None
+        with llama_server(target_gguf, [], context=context, log=logs / "no_drafter.log") as base_url:
+            for prompt in prompts[: cfg.warmup_prompts]:  # untimed, as in our engine's eval
+                timed(spec_url, prompt), timed(base_url, prompt)
+            return outputs, found, served_speed(spec_url, base_url, prompts, timed, repeats=repeats, cfg=cfg)
+
+
+def _timed(max_new_tokens: int):
+    def timed(url: str, prompt: list[int]) -> tuple[int, float]:
+        t0 = time.perf_counter()
+        tokens, _ = complete(url, prompt, max_new_tokens)
+        return len(tokens), time.perf_counter() - t0
+
+    return timed

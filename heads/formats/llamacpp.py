@@ -1,0 +1,287 @@
+"""llama.cpp as a consumer: GGUF drafters `llama-server` loads as they are (`-md gguf/draft.gguf` with the
+family's `--spec-type`), written by llama.cpp's own converter, and the card's llama-server command.
+
+llama.cpp is found, never vendored: `llama-server` on PATH (or `$DRAFTHUB_LLAMA_SERVER`), else the build
+`scripts/build_llamacpp.py` leaves under `$DRAFTHUB_CACHE/llamacpp/<version>/` from the pinned source package
+(llama-cpp-python's sdist carries the whole llama.cpp tree: the converter, the server, llama-tokenize).
+
+The converter recognizes a BPE tokenizer by hashing its ids on a probe text and refuses any it does not know,
+such as one trained for a new model. drafthub then declares the pre-tokenizer only where the tokenizer's own
+definition is exactly one llama.cpp implements (GPT-2's byte-level regex, no normalizer), and checks the
+declaration: llama.cpp's ids must equal transformers' on a sample, or the export is refused in one line.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from heads.errors import HeadsError
+from heads.formats import Consumer
+
+ENGINE = "llamacpp"
+SUBDIR = "gguf"
+DRAFT_FILE = "draft.gguf"
+PACKAGE, VERSION = "llama-cpp-python", "0.3.36"  # its sdist vendors llama.cpp at commit 0c1e57098 (MIT)
+BUILD_HINT = "build it once with `python scripts/build_llamacpp.py` (~20 min on 2 cores) or put llama-server on PATH"
+# safetensors dtype → the converter's --outtype: weights keep their precision (f32 stays f32)
+OUTTYPES = {"F32": "f32", "BF16": "bf16", "F16": "f16"}
+GPT2_PRE_TOKENIZER = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True}
+# what the tokenizer check tokenizes both ways: whitespace runs, digits, contractions, code, non-Latin scripts
+TOKENIZER_SAMPLE = (
+    "Hello world! It's 2026, and we've been told he'd said 'RE you sure?'",
+    "def add(a, b):\n    return a + b\n\n\n\tif x  ==  3.14159:\n        print(f'{x!r}')\n",
+    "  leading spaces,   runs of   spaces\n\n\nand newlines \r\n numbers 1 22 333 4444 55555 1234567",
+    "Ünïcödé — naïve café, 日本語のテキスト, нещо на Български, emoji 🚀🦙 and ----====....!!!???",
+    '<|im_start|> looks special but is text here; </s> too. JSON: {"k": [1, 2, 3], "v": null}',
+)
+
+
+def home() -> Path:
+    """Where the pinned llama.cpp is built: `$DRAFTHUB_LLAMACPP`, else under drafthub's cache."""
+    if os.environ.get("DRAFTHUB_LLAMACPP"):
+        return Path(os.environ["DRAFTHUB_LLAMACPP"])
+    cache = Path(os.environ.get("DRAFTHUB_CACHE", Path.home() / ".cache" / "drafthub"))
+    return cache / "llamacpp" / VERSION
+
+
+def source_dir() -> Path:
+    return home() / "llama.cpp"
+
+
+def converter() -> Optional[Path]:
+    script = source_dir() / "convert_hf_to_gguf.py"
+    return script if script.is_file() else None
+
+
+def tool(name: str) -> Optional[Path]:
+    """A llama.cpp program: `$DRAFTHUB_LLAMA_SERVER` for the server, PATH, then the pinned build."""
+    if name == "llama-server" and os.environ.get("DRAFTHUB_LLAMA_SERVER"):
+        return Path(os.environ["DRAFTHUB_LLAMA_SERVER"])
+    found = shutil.which(name)
+    built = home() / "build" / "bin" / name
+    return Path(found) if found else (built if built.is_file() else None)
+
+
+def missing_converter() -> Optional[str]:
+    if converter() is None:
+        return f"llama.cpp's converter (convert_hf_to_gguf.py) is not in {source_dir()}; {BUILD_HINT}"
+    return None
+
+
+def missing() -> Optional[str]:
+    """Why drafthub cannot write and serve GGUF exports here (one line), or None."""
+    if missing_converter():
+        return missing_converter()
+    for name in ("llama-server", "llama-tokenize"):
+        if tool(name) is None:
+            return f"{name} is neither on PATH nor in {home() / 'build' / 'bin'}; {BUILD_HINT}"
+    return None
+
+
+def outtype(model_dir: Path) -> str:
+    """The converter's --outtype that keeps the checkpoint's own precision."""
+    from safetensors import safe_open
+
+    dtypes = set()
+    for file in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            dtypes |= {f.get_slice(k).get_dtype() for k in f.keys()}
+    floats = [OUTTYPES[d] for d in ("F32", "BF16", "F16") if d in dtypes]
+    return floats[0] if floats else "auto"
+
+
+def declared_pre_tokenizer(tokenizer_dir: Path) -> Optional[str]:
+    """'gpt-2' when tokenizer.json pre-tokenizes exactly as GPT-2 (byte-level, its regex, no prefix space, no
+    normalizer): llama.cpp's `gpt-2` pre-type implements exactly that. None: nothing drafthub may declare."""
+    file = Path(tokenizer_dir) / "tokenizer.json"
+    if not file.is_file():
+        return None
+    spec = json.loads(file.read_text())
+    pre = spec.get("pre_tokenizer") or {}
+    same = all(pre.get(k) == v for k, v in GPT2_PRE_TOKENIZER.items())
+    return "gpt-2" if same and spec.get("normalizer") is None and spec["model"].get("type") == "BPE" else None
+
+
+# Runs llama.cpp's converter as llama.cpp ships it; with a declared pre-tokenizer, only a tokenizer the
+# converter does not recognize gets the declaration (a recognized one keeps llama.cpp's own choice).
+_RUNNER = """
+import runpy, sys
+src, pre = sys.argv[1], sys.argv[2]
+sys.path[:0] = [src, src + "/gguf-py"]
+if pre:
+    from conversion.base import TextModel
+    recognized = TextModel.get_vocab_base_pre
+    def get_vocab_base_pre(self, tokenizer):
+        try:
+            return recognized(self, tokenizer)
+        except NotImplementedError:
+            return pre
+    TextModel.get_vocab_base_pre = get_vocab_base_pre
+sys.argv = [src + "/convert_hf_to_gguf.py", *sys.argv[3:]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def convert(model_dir: Path, out: Path, *, target_dir: Optional[Path] = None, vocab_only: bool = False) -> Path:
+    """`model_dir` (an HF directory) → the GGUF file `out`, by llama.cpp's converter; HeadsError in one line
+    when it refuses. target_dir: the target whose tokenizer and shape a feature drafter (EAGLE-3) takes."""
+    if missing_converter():
+        raise HeadsError(missing_converter())
+    tokenizer_dir = Path(target_dir or model_dir)
+    pre = declared_pre_tokenizer(tokenizer_dir) or ""
+    args = [str(model_dir), "--outfile", str(out), "--outtype", outtype(model_dir)]
+    args += ["--target-model-dir", str(target_dir)] if target_dir else []
+    args += ["--vocab-only"] if vocab_only else []
+    if pre and not vocab_only:
+        check_tokenizer(tokenizer_dir, pre)  # before the conversion: a refused tokenizer costs no model's write
+    _run_converter(args, pre, out, what=model_dir)
+    return out
+
+
+def _run_converter(args: list[str], pre: str, out: Path, *, what) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _RUNNER, str(source_dir()), pre, *args], capture_output=True, text=True
+    )
+    if done.returncode != 0 or not out.is_file():
+        out.unlink(missing_ok=True)
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip() and not ln.startswith("INFO")]
+        why = next((ln for ln in reversed(lines) if "rror" in ln), lines[-1] if lines else "no message")
+        raise HeadsError(f"llama.cpp's converter refused {what}: {why.strip()}")
+
+
+def llama_cpp_ids(vocab_gguf: Path, text: str) -> list[int]:
+    """llama.cpp's token ids for `text` (llama-tokenize, no BOS, special tokens not parsed)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        argv = [str(tool("llama-tokenize")), "-m", str(vocab_gguf), "-f", f.name]
+        done = subprocess.run(argv + ["--ids", "--no-bos", "--no-parse-special", "--log-disable"], capture_output=True)
+    if done.returncode != 0:
+        raise HeadsError(f"llama-tokenize failed on {vocab_gguf}: {done.stderr.decode(errors='replace')[-300:]}")
+    return json.loads(done.stdout.decode().strip().splitlines()[-1])
+
+
+def check_tokenizer(tokenizer_dir: Path, pre: str, texts: tuple[str, ...] = TOKENIZER_SAMPLE) -> None:
+    """The declared pre-tokenizer holds: llama.cpp's ids equal transformers' on every sample text (checked once
+    per tokenizer file, pre-tokenizer and sample in a process)."""
+    file = Path(tokenizer_dir) / "tokenizer.json"
+    _check_tokenizer(Path(tokenizer_dir), pre, texts, hashlib.sha256(file.read_bytes()).hexdigest())
+
+
+@functools.lru_cache(maxsize=16)
+def _check_tokenizer(tokenizer_dir: Path, pre: str, texts: tuple[str, ...], tokenizer_sha256: str) -> None:
+    from transformers import AutoTokenizer
+
+    if tool("llama-tokenize") is None:
+        raise HeadsError(
+            f"drafthub declared llama.cpp's {pre!r} pre-tokenizer for {tokenizer_dir} and cannot check it: "
+            f"llama-tokenize is missing; {BUILD_HINT}"
+        )
+    reference = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab = Path(tmp) / "vocab.gguf"
+        _run_converter([str(tokenizer_dir), "--outfile", str(vocab), "--vocab-only"], pre, vocab, what=tokenizer_dir)
+        for text in texts:
+            ours, theirs = reference.encode(text, add_special_tokens=False), llama_cpp_ids(vocab, text)
+            if ours != theirs:
+                at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+                raise HeadsError(
+                    f"llama.cpp would tokenize differently from {tokenizer_dir}'s tokenizer (declared pre-tokenizer "
+                    f"{pre!r}; first difference at token {at} of {text[:40]!r}); its GGUF would serve other ids: "
+                    f"teach llama.cpp this tokenizer (convert_hf_to_gguf_update.py) or leave llamacpp out of "
+                    "publish.engines"
+                )
+
+
+def local_dir(target: str) -> Path:
+    """The target's files on disk: its directory, or its snapshot in the Hugging Face cache (fetched if allowed)."""
+    if Path(target).is_dir():
+        return Path(target)
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(target, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model"]))
+
+
+def target_gguf(target_dir: Path, cache: Path) -> Path:
+    """The target converted the same way, once per target files (cached under `cache`, atomically)."""
+    from heads.formats.fingerprint import served_files_hash
+
+    out = cache / f"target-{served_files_hash(target_dir)[:16]}.gguf"
+    if not out.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        convert(Path(target_dir), tmp)
+        os.replace(tmp, out)
+    return out
+
+
+def server_args(spec_type: str, gamma: int, extra: Callable[[dict, int], list[str]], settings: dict) -> list[str]:
+    """llama-server's speculative flags: always γ drafted (no confidence cut-off), as drafthub's chains draft."""
+    return ["--spec-type", spec_type, *extra(settings, gamma), "--spec-draft-n-max", str(gamma)] + [
+        "--spec-draft-n-min",
+        "0",
+        "--spec-draft-p-min",
+        "0",
+    ]
+
+
+def consumer(
+    spec_type: str,
+    *,
+    model: bool = True,
+    feature_drafter: bool = False,
+    extra: Callable[[dict, int], list[str]] = lambda settings, gamma: [],
+    rule_difference: Optional[str] = None,
+    refuse: Callable[[Any], Optional[str]] = lambda job: None,
+) -> Consumer:
+    """llama.cpp serving a family with `--spec-type spec_type`: `model` = the export carries gguf/draft.gguf
+    (`-md`); feature_drafter = its conversion reads the target's config and tokenizer (EAGLE-3, DFlash);
+    extra(settings, γ) = further flags from a training-free drafter's settings; refuse(export job) = why llama.cpp
+    cannot serve this drafter (checked before converting), or None."""
+
+    def write(job, out: Path) -> None:
+        if not model:
+            return
+        if why := refuse(job):
+            raise HeadsError(f"llama.cpp cannot serve this drafter: {why}")
+        out.mkdir()
+        target_dir = local_dir(job.verifier["name_or_path"]) if feature_drafter else None
+        convert(out.parent, out / DRAFT_FILE, target_dir=target_dir)
+
+    def speculative_config(export_dir: str | Path, gamma: int, settings: Optional[dict] = None) -> dict:
+        from heads.formats.vllm import read_settings
+
+        settings = read_settings(export_dir) if settings is None else settings
+        where = ["-md", str(Path(export_dir) / SUBDIR / DRAFT_FILE)] if model else []
+        args = where + server_args(spec_type, gamma, extra, settings)
+        return {"method": spec_type, "args": args, "num_speculative_tokens": gamma}
+
+    def usage(target: str, gamma: int, provenance: dict) -> str:
+        flags = speculative_config("THIS_DIRECTORY", gamma, provenance.get("drafter_config") or {})["args"]
+        convert_target = "python convert_hf_to_gguf.py TARGET_DIR --outfile target.gguf  # llama.cpp's converter"
+        return f"""llama.cpp (`llama-server`; the target as GGUF, converted by llama.cpp's own converter):
+
+```bash
+{convert_target}
+llama-server -m target.gguf {" ".join(flags)}
+```"""
+
+    return Consumer(
+        ENGINE,
+        usage=usage,
+        speculative_config=speculative_config,
+        subdir=SUBDIR if model else None,
+        write=write if model else None,
+        missing=missing,
+        optional=True,
+        rule_difference=rule_difference,
+    )

@@ -1,0 +1,85 @@
+"""Served τ and served speed-up per engine for exported drafters: each drafter served by every engine asked for
+(vLLM, llama.cpp), each beside drafthub's own figures measured in the same process, as `python -m eval … serve=…`
+measures them (the served speed-up: each prompt alone with and without the drafter, interleaved, repeated).
+
+    python scripts/bench_served.py --drafter runs/toy/<ts>/drafter --drafter runs/toy_eagle/<ts>/drafter \\
+        --prompts ~/.cache/drafthub/toyworld/toy-<key>/prompts/heldout.jsonl --engines llamacpp vllm
+
+A drafter served by llama.cpp needs its GGUF (an export with publish.engines=[llamacpp]). Prints one JSON line:
+per drafter and engine, served τ beside ours (and their gap), outputs equal / prompts, the served speed-up with its
+95% interval beside ours, tokens/s with and without the drafter. Run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def serve_once(drafter: Path, engine: str, args) -> dict:
+    """One `python -m eval` with the served check on `engine`; its report's figures."""
+    with tempfile.TemporaryDirectory() as out:
+        argv = [sys.executable, "-m", "eval", f"drafter_dir={drafter}", f"prompts={args.prompts}", f"out_dir={out}"]
+        argv += [f"serve={engine}", f"eval.num_prompts={args.num_prompts}"]
+        argv += [f"eval.max_new_tokens={args.max_new_tokens}"]
+        argv += [f"eval.vllm.speed_repeats={args.repeats}", f"eval.llamacpp.speed_repeats={args.repeats}"]
+        t0 = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, text=True)
+        report_file = Path(out) / "eval_report.json"
+        if not report_file.is_file():
+            raise SystemExit(f"python -m eval failed on {drafter} with {engine}: {done.stderr.strip()[-500:]}")
+        report = json.loads(report_file.read_text())
+    sv = report["served"]
+    spread = sv.get("speedup_spread") or {}
+    return {
+        "drafter": str(drafter),
+        "kind": report["kind"],
+        "engine": sv["engine"],
+        "engine_version": sv.get("engine_version"),
+        "method": sv["method"],
+        "served_tau": round(sv["tau"], 4),
+        "ours_tau": round(sv["ours"]["tau"], 4),
+        "tau_gap": round(abs(sv["tau"] - sv["ours"]["tau"]) / sv["ours"]["tau"], 4),
+        "served_per_position": [round(a, 3) for a in sv["per_position_acceptance"]],
+        "ours_per_position": [round(a, 3) for a in sv["ours"]["per_position_acceptance"]],
+        "equal_prompts": f"{sv['equal_prompts']}/{sv['num_prompts']}",
+        "near_ties": sv.get("near_ties", {}),
+        "verdict": sv["verdict"],
+        "served_speedup": sv.get("speedup"),
+        "served_interval": [spread.get("low"), spread.get("high")],
+        "served_tokens_per_second": sv.get("tokens_per_second"),
+        "served_noisy": (sv.get("timing") or {}).get("noisy"),
+        "ours_speedup": report["speedup"],
+        "ours_interval": [report["speedup_spread"]["low"], report["speedup_spread"]["high"]],
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--drafter", action="append", required=True, type=Path, help="an export directory (repeat)")
+    parser.add_argument("--prompts", required=True, help="held-out prompts (what python -m eval reads)")
+    parser.add_argument("--engines", nargs="+", default=["llamacpp", "vllm"])
+    parser.add_argument("--num-prompts", type=int, default=32)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2, help="timed passes over the prompts, each side")
+    args = parser.parse_args()
+    rows = [serve_once(d, engine, args) for d in args.drafter for engine in args.engines]
+    for r in rows:
+        print(
+            f"{r['kind']:>9} {r['engine']:>8}: served τ {r['served_tau']:.3f} (ours {r['ours_tau']:.3f}, "
+            f"{r['tau_gap']:.1%} apart), outputs {r['equal_prompts']}, served speed-up {r['served_speedup'] or 0:.2f}× "
+            f"{r['served_interval']}, ours {r['ours_speedup']:.2f}× {r['ours_interval']}",
+            file=sys.stderr,
+        )
+    print(json.dumps({"bench": "served", "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

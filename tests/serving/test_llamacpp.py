@@ -1,0 +1,199 @@
+"""llama.cpp as a serving engine: GGUF exports written by llama.cpp's own converter, served by llama-server, its
+counters and outputs compared with our engine's; the tokenizer declaration checked and refused when it fails."""
+
+import json
+import shutil
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from eval.config import LlamaCppServeConfig
+from eval.errors import EvalError
+from eval.serving import llamacpp as served_llamacpp
+from eval.serving.base import verdict
+from heads.errors import HeadsError
+from heads.families import FAMILIES
+from heads.formats import llamacpp
+from heads.layer_skip import LayerSkipDrafter
+from heads.ngram import NgramDrafter
+from tests.exporting import export
+from tests.serving.settings import SERVED
+from tests.serving.test_served_check import _serve
+
+needs_llamacpp = pytest.mark.needs_llamacpp  # registered in pyproject.toml
+CFG = replace(SERVED, serve="llamacpp", llamacpp=LlamaCppServeConfig(speed_repeats=0))
+METRICS = """# HELP llamacpp:spec_decode_num_drafts_total Speculative: Total speculative decoding verification steps
+llamacpp:spec_decode_num_draft_tokens_total 30
+llamacpp:spec_decode_num_accepted_tokens_total 12
+llamacpp:spec_decode_num_drafts_total 10
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 7
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 1
+llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 4
+"""
+
+
+def _tokenizer_json(tmp_path: Path, micro_world, edit) -> Path:
+    out = tmp_path / "tok"
+    shutil.copytree(micro_world.target_dir, out, ignore=shutil.ignore_patterns("*.safetensors"))
+    spec = json.loads((out / "tokenizer.json").read_text())
+    edit(spec)
+    (out / "tokenizer.json").write_text(json.dumps(spec))
+    return out
+
+
+def test_only_gpt2_byte_level_pre_tokenization_is_declared(tmp_path, micro_world):
+    assert llamacpp.declared_pre_tokenizer(micro_world.target_dir) == "gpt-2"  # the toy world's byte-level BPE
+    lowercased = _tokenizer_json(tmp_path / "a", micro_world, lambda s: s.update(normalizer={"type": "Lowercase"}))
+    assert llamacpp.declared_pre_tokenizer(lowercased) is None  # a normalizer llama.cpp's gpt-2 type lacks
+    prefixed = _tokenizer_json(tmp_path / "b", micro_world, lambda s: s["pre_tokenizer"].update(add_prefix_space=True))
+    assert llamacpp.declared_pre_tokenizer(prefixed) is None
+
+
+def test_counters_are_read_from_llama_server_metrics(monkeypatch):
+    monkeypatch.setattr(served_llamacpp, "_get", lambda url, timeout=10.0: METRICS.encode())
+    assert served_llamacpp.counters("http://x") == (10, 12, [7, 4, 1], 30)
+
+
+def test_llama_server_returns_no_end_token_and_the_comparison_adds_it():
+    assert served_llamacpp.with_end_token([5, 6], [5, 6, 2], {2}) == [5, 6, 2]
+    assert served_llamacpp.with_end_token([5, 7], [5, 6, 2], {2}) == [5, 7]  # a real difference stays one
+    assert served_llamacpp.with_end_token([5, 6, 9], [5, 6, 9], {2}) == [5, 6, 9]
+
+
+def test_a_stated_rule_difference_judges_outputs_only():
+    ok = verdict(2.0, 1.5, 6, 6, 0.05, engine="llama.cpp", rule_difference="another rule")
+    assert ok[0] == "ok" and "not compared: another rule" in ok[1]
+    assert verdict(2.0, 1.5, 5, 6, 0.05, engine="llama.cpp", rule_difference="r")[0] == "broken"
+
+
+def test_gguf_is_written_only_when_asked_for(tmp_path, target, tokenizer):
+    from heads.config import DraftLMConfig
+    from heads.draft_lm import DraftLM
+
+    drafter = DraftLM.from_config(DraftLMConfig(hidden_size=32, intermediate_size=64), target.config, tokenizer)
+    plain = export(drafter, tmp_path / "plain", tokenizer=tokenizer)
+    assert not (plain / llamacpp.SUBDIR).exists()
+    assert FAMILIES["draft_lm"].optional_engines(["vllm", None]) == ()
+    assert FAMILIES["draft_lm"].optional_engines(["llamacpp"]) == ("llamacpp",)
+
+
+def test_the_card_prints_the_exact_llama_server_flags():
+    usage = FAMILIES["eagle3"].consumer("llamacpp").usage("org/target", 4, {})
+    assert "llama-server -m target.gguf -md THIS_DIRECTORY/gguf/draft.gguf --spec-type draft-eagle3" in usage
+    assert "--spec-draft-n-max 4 --spec-draft-n-min 0 --spec-draft-p-min 0" in usage
+    ngram = FAMILIES["ngram"].consumer("llamacpp").usage("t", 3, {"drafter_config": {"prompt_lookup_min": 2}})
+    assert "--spec-type ngram-simple --spec-ngram-simple-size-n 2 --spec-ngram-simple-size-m 3" in ngram
+
+
+def test_a_missing_llama_cpp_is_one_line_naming_the_build_script(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFTHUB_LLAMACPP", str(tmp_path / "none"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    reason = llamacpp.missing()
+    assert "scripts/build_llamacpp.py" in reason and "\n" not in reason
+    with pytest.raises(EvalError, match="eval.serve=llamacpp: .*build_llamacpp"):
+        served_llamacpp.served_check("t", tmp_path, [[1]], reference=[[1]], ours={}, cfg=CFG, eos_ids=set(), dtype="")
+
+
+@pytest.fixture(scope="module")
+def gguf_exports(tmp_path_factory, micro_world, target, tokenizer):
+    """The served-check tests' fitted drafters, exported as publish.engines=[llamacpp] exports them."""
+    from tests.eval.dflash_fit import fit_dflash
+    from tests.eval.eagle_fit import fit_eagle
+    from tests.serving.test_served_check import fitted_draft_lm
+
+    root = tmp_path_factory.mktemp("gguf")
+    verifier = {"name_or_path": str(micro_world.target_dir), "architectures": ["LlamaForCausalLM"]}
+    engines = ("llamacpp",)
+    return {
+        "draft_lm": export(fitted_draft_lm(target, tokenizer), root / "draft_lm", tokenizer=tokenizer, engines=engines),
+        "eagle3": export(fit_eagle(target), root / "eagle3", verifier=verifier, engines=engines),
+        "ngram": export(NgramDrafter(prompt_lookup_min=1, prompt_lookup_max=3), root / "ngram", engines=engines),
+        "layer_skip": export(
+            LayerSkipDrafter.from_target(target, [1]), root / "layer_skip", tokenizer=tokenizer, engines=engines
+        ),
+        # fusing the output of the micro target's first layer: llama.cpp's DFlash reads layer inputs (see below)
+        "dflash": export(fit_dflash(target, layer_ids=(1,)), root / "dflash", verifier=verifier, engines=engines),
+    }
+
+
+@needs_llamacpp
+@pytest.mark.parametrize("kind", ["draft_lm", "eagle3", "dflash", "layer_skip", "ngram"])
+def test_llama_server_serves_each_gguf_export_as_our_engine_runs_it(
+    kind, gguf_exports, target, tokenizer, micro_world, prompt_ids
+):
+    report = _serve(target, tokenizer, micro_world, gguf_exports[kind], prompt_ids, cfg=CFG)
+    served = report["served"]
+    methods = {"eagle3": "draft-eagle3", "dflash": "draft-dflash", "ngram": "ngram-simple"}
+    assert served["engine"] == "llamacpp" and served["method"] == methods.get(kind, "draft-simple")
+    assert served["equal_prompts"] == len(prompt_ids), served["reason"]  # llama.cpp's output == the target's greedy
+    assert served["verdict"] == "ok", served["reason"]
+    ours = served["ours"]["tau"]
+    if kind == "ngram":  # another rule (stated): reported, not compared
+        assert "ngram-simple matches only" in served["reason"] and served["tau"] > 1.0
+    else:
+        assert 1.0 < served["tau"] and abs(served["tau"] - ours) <= 0.05 * ours, (served["tau"], ours)
+        assert len(served["per_position_acceptance"]) == CFG.num_speculative_tokens
+
+
+def test_a_dflash_fusing_the_last_target_layer_is_refused_before_converting(tmp_path, micro_world, target):
+    """llama-server aborts on such a drafter's first decode (its DFlash reads layer inputs only)."""
+    from tests.eval.dflash_fit import fit_dflash
+
+    verifier = {"name_or_path": str(micro_world.target_dir), "architectures": ["LlamaForCausalLM"]}
+    drafter = fit_dflash(target, steps=1)  # layer ids [1, 2]: 2 is the micro target's last layer
+    with pytest.raises(HeadsError, match=r"fuses the target's last layer \(drafter.layer_ids=\[1, 2\] of 2\)"):
+        export(drafter, tmp_path / "d", verifier=verifier, engines=("llamacpp",))
+    assert not (tmp_path / "d").exists()  # no partial export
+
+
+@needs_llamacpp
+def test_a_tokenizer_llama_cpp_reads_differently_is_refused_in_one_line(tmp_path, micro_world, monkeypatch):
+    # declared as another pre-tokenizer than the one it is: the check finds llama.cpp's ids differ
+    monkeypatch.setattr(llamacpp, "declared_pre_tokenizer", lambda d: "llama3")
+    out = tmp_path / "t.gguf"
+    with pytest.raises(HeadsError, match="llama.cpp would tokenize differently") as refused:
+        llamacpp.convert(micro_world.target_dir, out)
+    assert "\n" not in str(refused.value) and not out.exists()
+
+
+@needs_llamacpp
+def test_a_tokenizer_the_converter_does_not_know_and_we_may_not_declare_is_refused(tmp_path, micro_world):
+    lowercased = _tokenizer_json(tmp_path, micro_world, lambda s: s.update(normalizer={"type": "Lowercase"}))
+    shutil.copy(Path(micro_world.target_dir) / "model.safetensors", lowercased)
+    out = tmp_path / "t.gguf"
+    with pytest.raises(HeadsError, match="converter refused .*pre-tokenizer was not recognized") as refused:
+        llamacpp.convert(lowercased, out)
+    assert "\n" not in str(refused.value) and not out.exists()
+
+
+@needs_llamacpp
+def test_llama_server_is_stopped_when_the_check_fails_inside(tmp_path, micro_world):
+    gguf = llamacpp.target_gguf(micro_world.target_dir, llamacpp.home() / "targets")
+    with pytest.raises(RuntimeError, match="inside"):
+        with served_llamacpp.llama_server(gguf, [], context=256, log=tmp_path / "log") as url:
+            urllib.request.urlopen(url + "/health", timeout=5).read()
+            raise RuntimeError("inside")
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url + "/health", timeout=5)
+    (tmp_path / "bad.gguf").write_bytes(b"not a gguf")
+    with pytest.raises(EvalError, match="llama-server exited"):
+        with served_llamacpp.llama_server(tmp_path / "bad.gguf", [], context=256, log=tmp_path / "log2"):
+            pass
+
+
+def test_served_speed_interleaves_and_reports_the_speedup():
+    from eval.serving.base import served_speed
+
+    calls = []
+
+    def timed(engine, prompt):
+        calls.append(engine)
+        return 10, (0.5 if engine == "spec" else 1.0)
+
+    speed = served_speed("spec", "base", [[1], [2]], timed, repeats=2, cfg=SERVED)
+    assert speed["speedup"] == pytest.approx(2.0) and len(calls) == 8
+    assert calls[:4] == ["spec", "base", "base", "spec"]  # the order alternates per prompt
+    assert torch.isfinite(torch.tensor(speed["tokens_per_second"]["speculative"]))
