@@ -26,7 +26,8 @@ def serve_once(drafter: Path, engine: str, args) -> dict:
     with tempfile.TemporaryDirectory() as out:
         argv = [sys.executable, "-m", "eval", f"drafter_dir={drafter}", f"prompts={args.prompts}", f"out_dir={out}"]
         argv += [f"serve={engine}", f"eval.num_prompts={args.num_prompts}"]
-        argv += [f"eval.max_new_tokens={args.max_new_tokens}"]
+        argv += [f"eval.max_new_tokens={args.max_new_tokens}", "eval.gamma_sweep=[]"]  # the served γ only
+        argv += [f"target_path={args.target}"] if args.target else []
         argv += [f"eval.vllm.speed_repeats={args.repeats}", f"eval.llamacpp.speed_repeats={args.repeats}"]
         t0 = time.perf_counter()
         done = subprocess.run(argv, capture_output=True, text=True)
@@ -65,6 +66,7 @@ def main() -> int:
     parser.add_argument("--drafter", action="append", required=True, type=Path, help="an export directory (repeat)")
     parser.add_argument("--prompts", required=True, help="held-out prompts (what python -m eval reads)")
     parser.add_argument("--engines", nargs="+", default=["llamacpp", "vllm"])
+    parser.add_argument("--target", help="the target's directory; default: the one in each drafter's drafthub.json")
     parser.add_argument("--num-prompts", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2, help="timed passes over the prompts, each side")

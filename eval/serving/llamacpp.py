@@ -5,17 +5,21 @@ Two servers run on loopback ports chosen free: the target with the drafter, and 
 sent as token ids (`/completion`, greedy, no prompt cache), one request at a time; outputs are compared with the
 target's greedy output token for token, and `/metrics` gives the same spec-decode counters vLLM keeps (drafts,
 accepted, accepted per position, draft tokens). The speed-up is timed as for vLLM (eval/serving/base.py), each
-prompt alone on both servers, interleaved. A divergence at a near-tie (the target's top two logits within
-`NEAR_TIE` of each other at the first differing token, where float reordering alone can flip a greedy pick) is
-reported as such beside the count, never hidden: the verdict still counts it.
+prompt alone on both servers, interleaved. An output that leaves the target's greedy output is decoded again by
+llama-server *without* the drafter: when both agree and the divergence is at a near-tie (the target's top two
+logits within `NEAR_TIE` of each other at the first differing token, where float reordering alone flips a greedy
+pick), speculation was lossless in llama.cpp and the difference is its arithmetic; it is reported as such, by
+prompt and gap, and counted as equal. Any other difference breaks the verdict.
 
 Servers are always stopped: on success, failure and Ctrl-C.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -29,7 +33,7 @@ import torch
 
 from eval.config import EvalConfig
 from eval.errors import EvalError
-from eval.serving.base import served_figures, served_speed, verdict
+from eval.serving.base import ours_section, served_figures, served_speed, verdict
 from heads.families import family_of_export
 from heads.formats import llamacpp
 from heads.formats.fingerprint import served_files_hash
@@ -155,6 +159,15 @@ def near_tie(target_model, prompt: list[int], output: list[int], reference: list
     return gap if gap < NEAR_TIE else None
 
 
+def near_ties(target_model, prompts: list, outputs: list, reference: list) -> dict[int, float]:
+    """Prompt index → top-2 logit gap, for the differing outputs that left the reference at a near-tie."""
+    found = {}
+    for i, (prompt, output, ref) in enumerate(zip(prompts, outputs, reference)):
+        if output != ref and (gap := near_tie(target_model, prompt, output, ref)) is not None:
+            found[i] = gap
+    return found
+
+
 def served_check(
     target: str,
     drafter_dir: str | Path,
@@ -190,30 +203,37 @@ def served_check(
     spec = consumer.speculative_config(Path(drafter_dir), gamma)
     t0 = time.perf_counter()
     target_gguf = llamacpp.target_gguf(llamacpp.local_dir(target), llamacpp.home() / "targets")
-    outputs, (drafts, accepted, per_pos, draft_tokens), speed = serve_and_decode(
-        target_gguf, spec["args"], prompts, cfg, logs=Path(tempfile.mkdtemp(prefix="drafthub-llamacpp-"))
+    logs = Path(tempfile.mkdtemp(prefix="drafthub-llamacpp-"))  # kept only when a server fails: errors name them
+
+    def differs(output: list[int], i: int) -> bool:
+        return with_end_token(output, reference[i], eos_ids) != reference[i]
+
+    outputs, without, (drafts, accepted, per_pos, draft_tokens), speed = serve_and_decode(
+        target_gguf, spec["args"], prompts, cfg, logs=logs, differs=differs
     )
+    shutil.rmtree(logs, ignore_errors=True)
     outputs = [with_end_token(o, r, eos_ids) for o, r in zip(outputs, reference)]
     figures = served_figures(drafts, accepted, per_pos, gamma, draft_tokens)
     equal = [o == r for o, r in zip(outputs, reference)]
-    ties = {
-        i: gap
-        for i, (same, p, o, r) in enumerate(zip(equal, prompts, outputs, reference))
-        if not same and target_model is not None and (gap := near_tie(target_model, p, o, r)) is not None
-    }
-    our_tau = 1 + sum(ours["per_position_acceptance"])
+    ties = {} if target_model is None else near_ties(target_model, prompts, outputs, reference)
+    # a near-tie the engine resolves the same way without the drafter: its numerics, not the drafter's doing
+    engine_ties = {i for i in ties if with_end_token(without[i], reference[i], eos_ids) == outputs[i]}
     status, why = verdict(
-        our_tau,
+        ours_section(ours)["tau"],
         figures["tau"],
-        sum(equal),
+        sum(equal) + len(engine_ties),
         len(prompts),
         cfg.served_tolerance,
         engine="llama.cpp",
         rule_difference=consumer.rule_difference,
     )
     if ties:
-        closest = min(ties.values())
-        why += f" ({len(ties)} of the differing prompts diverged at a near-tie: top-2 logits {closest:.4f} apart)"
+        gaps = ", ".join(f"{ties[i]:.5f}" for i in sorted(ties))
+        why += (
+            f"; {len(equal) - sum(equal)} left the target's greedy output, {len(ties)} of them at a near-tie (top-2 "
+            f"logits {gaps} apart), {len(engine_ties)} exactly as llama.cpp decodes it without the drafter (counted "
+            "as equal: the engine's float order, not the drafter)"
+        )
     return {
         "engine": ENGINE,
         "engine_version": server_version(),
@@ -222,16 +242,10 @@ def served_check(
         "num_speculative_tokens": gamma,
         **figures,
         **(speed or {}),
-        "ours": {
-            "tau": our_tau,
-            "tau_tokens_per_forward": ours["tau"],
-            "per_position_acceptance": ours["per_position_acceptance"],
-            "speedup": ours["speedup"],
-            "speedup_spread": {k: v for k, v in ours["speedup_spread"].items() if k != "per_prompt"},
-        },
+        "ours": ours_section(ours),
         "equal_prompts": sum(equal),
         "num_prompts": len(prompts),
-        "near_ties": {str(i): gap for i, gap in ties.items()},
+        "near_ties": {str(i): {"gap": gap, "same_without_drafter": i in engine_ties} for i, gap in ties.items()},
         "tolerance": cfg.served_tolerance,
         "verdict": status,
         "reason": why,
@@ -242,23 +256,36 @@ def served_check(
 
 
 def serve_and_decode(
-    target_gguf: Path, args: list[str], prompts: list[list[int]], cfg: EvalConfig, *, logs: Path
-) -> tuple[list[list[int]], tuple[int, int, list[int], int], Optional[dict]]:
-    """Greedy outputs per prompt from llama-server started with `args`, its spec-decode counters, and (when
-    eval.llamacpp.speed_repeats > 0) the served speed-up against llama-server without the drafter.
-    Server logs go to `logs/` (kept: an error names them)."""
+    target_gguf: Path, args: list[str], prompts: list[list[int]], cfg: EvalConfig, *, logs: Path, differs
+) -> tuple[list[list[int]], dict[int, list[int]], tuple[int, int, list[int], int], Optional[dict]]:
+    """Greedy outputs per prompt from llama-server started with `args`; for the prompts whose output `differs`
+    (output, prompt index → bool) from the target's, the output of llama-server without the drafter; the
+    spec-decode counters; and (eval.llamacpp.speed_repeats > 0) the served speed-up against llama-server without
+    the drafter. Server logs go to `logs/`."""
     context = max(map(len, prompts)) + cfg.max_new_tokens + 2 * cfg.num_speculative_tokens + 8
     logs.mkdir(parents=True, exist_ok=True)
     repeats, timed = cfg.llamacpp.speed_repeats, _timed(cfg.max_new_tokens)
     with llama_server(target_gguf, args, context=context, log=logs / "with_drafter.log") as spec_url:
-        outputs = [complete(spec_url, p, cfg.max_new_tokens)[0] for p in prompts]
+        outputs = _decode_all(spec_url, prompts, cfg.max_new_tokens, logs / "with_drafter.log")
         found = counters(spec_url)  # before the timed runs add to them
-        if repeats == 0:
-            return outputs, found, None
+        differing = [i for i, o in enumerate(outputs) if differs(o, i)]
+        if repeats == 0 and not differing:
+            return outputs, {}, found, None
         with llama_server(target_gguf, [], context=context, log=logs / "no_drafter.log") as base_url:
+            alone = _decode_all(base_url, [prompts[i] for i in differing], cfg.max_new_tokens, logs / "no_drafter.log")
+            without = dict(zip(differing, alone))
+            if repeats == 0:
+                return outputs, without, found, None
             for prompt in prompts[: cfg.warmup_prompts]:  # untimed, as in our engine's eval
                 timed(spec_url, prompt), timed(base_url, prompt)
-            return outputs, found, served_speed(spec_url, base_url, prompts, timed, repeats=repeats, cfg=cfg)
+            return outputs, without, found, served_speed(spec_url, base_url, prompts, timed, repeats=repeats, cfg=cfg)
+
+
+def _decode_all(url: str, prompts: list[list[int]], max_new_tokens: int, log: Path) -> list[list[int]]:
+    try:
+        return [complete(url, p, max_new_tokens)[0] for p in prompts]
+    except (OSError, http.client.HTTPException) as e:
+        raise EvalError(f"llama-server failed while decoding ({e!r}); its log: {log}") from None
 
 
 def _timed(max_new_tokens: int):

@@ -28,7 +28,7 @@ from typing import Optional
 
 from eval.config import EvalConfig, VLLMServeConfig
 from eval.errors import EvalError
-from eval.serving.base import served_figures, served_speed, verdict
+from eval.serving.base import ours_section, served_figures, served_speed, verdict
 from heads.families import family_of_export
 from heads.formats.fingerprint import served_files_hash
 
@@ -191,10 +191,8 @@ def served_check(
         )
     figures = served_figures(drafts, accepted, per_pos, gamma, draft_tokens)
     equal = sum(o == r for o, r in zip(outputs, reference))
-    # Compared as vLLM counts: 1 + accepted drafts per step. Our report's τ (tokens kept per
-    # forward) also loses the drafts accepted past max_new_tokens, which vLLM's counters keep.
-    our_tau = 1 + sum(ours["per_position_acceptance"])
-    status, why = verdict(our_tau, figures["tau"], equal, len(prompts), cfg.served_tolerance, engine="vLLM")
+    ours = ours_section(ours)  # counted as vLLM counts: 1 + accepted drafts per step
+    status, why = verdict(ours["tau"], figures["tau"], equal, len(prompts), cfg.served_tolerance, engine="vLLM")
     return {
         "engine": "vllm",
         "vllm_version": vllm.__version__,
@@ -203,13 +201,7 @@ def served_check(
         "num_speculative_tokens": gamma,
         **figures,
         **(speed or {}),
-        "ours": {
-            "tau": our_tau,
-            "tau_tokens_per_forward": ours["tau"],
-            "per_position_acceptance": ours["per_position_acceptance"],
-            "speedup": ours["speedup"],
-            "speedup_spread": {k: v for k, v in ours["speedup_spread"].items() if k != "per_prompt"},
-        },
+        "ours": ours,
         "equal_prompts": equal,
         "num_prompts": len(prompts),
         "tolerance": cfg.served_tolerance,

@@ -131,17 +131,16 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def convert(model_dir: Path, out: Path, *, target_dir: Optional[Path] = None, vocab_only: bool = False) -> Path:
+def convert(model_dir: Path, out: Path, *, target_dir: Optional[Path] = None) -> Path:
     """`model_dir` (an HF directory) → the GGUF file `out`, by llama.cpp's converter; HeadsError in one line
-    when it refuses. target_dir: the target whose tokenizer and shape a feature drafter (EAGLE-3) takes."""
+    when it refuses. target_dir: the target whose tokenizer and shape a feature drafter (EAGLE-3, DFlash) takes."""
     if missing_converter():
         raise HeadsError(missing_converter())
     tokenizer_dir = Path(target_dir or model_dir)
     pre = declared_pre_tokenizer(tokenizer_dir) or ""
     args = [str(model_dir), "--outfile", str(out), "--outtype", outtype(model_dir)]
     args += ["--target-model-dir", str(target_dir)] if target_dir else []
-    args += ["--vocab-only"] if vocab_only else []
-    if pre and not vocab_only:
+    if pre:
         check_tokenizer(tokenizer_dir, pre)  # before the conversion: a refused tokenizer costs no model's write
     _run_converter(args, pre, out, what=model_dir)
     return out
@@ -267,13 +266,19 @@ def consumer(
 
     def usage(target: str, gamma: int, provenance: dict) -> str:
         flags = speculative_config("THIS_DIRECTORY", gamma, provenance.get("drafter_config") or {})["args"]
-        convert_target = "python convert_hf_to_gguf.py TARGET_DIR --outfile target.gguf  # llama.cpp's converter"
-        return f"""llama.cpp (`llama-server`; the target as GGUF, converted by llama.cpp's own converter):
-
-```bash
-{convert_target}
-llama-server -m target.gguf {" ".join(flags)}
-```"""
+        lines = [
+            f"TARGET_DIR=$(hf download {target})  # or the target's local directory",
+            "python convert_hf_to_gguf.py $TARGET_DIR --outfile target.gguf",
+        ]
+        if model:  # the export's gguf/ when it was asked for (publish.engines=[llamacpp]); the same command otherwise
+            reads_target = " --target-model-dir $TARGET_DIR" if feature_drafter else ""
+            out = f"THIS_DIRECTORY/{SUBDIR}/{DRAFT_FILE}"
+            lines.append(f"[ -f {out} ] || python convert_hf_to_gguf.py THIS_DIRECTORY{reads_target} --outfile {out}")
+        lines.append(f"llama-server -m target.gguf {' '.join(flags)}")
+        return (
+            "llama.cpp (`llama-server`; the target, and the drafter where this directory has no `gguf/`, converted by "
+            "llama.cpp's own `convert_hf_to_gguf.py`):\n\n```bash\n" + "\n".join(lines) + "\n```"
+        )
 
     return Consumer(
         ENGINE,

@@ -197,3 +197,37 @@ def test_served_speed_interleaves_and_reports_the_speedup():
     assert speed["speedup"] == pytest.approx(2.0) and len(calls) == 8
     assert calls[:4] == ["spec", "base", "base", "spec"]  # the order alternates per prompt
     assert torch.isfinite(torch.tensor(speed["tokens_per_second"]["speculative"]))
+
+
+def test_asking_for_llamacpp_without_it_stops_before_any_stage(tmp_path, monkeypatch):
+    from tests.test_cli import SMALL, run
+
+    monkeypatch.setenv("DRAFTHUB_LLAMACPP", str(tmp_path / "no-llamacpp"))
+    r = run("train", *SMALL, "publish.engines=[llamacpp]", f"run_dir={tmp_path}/run")
+    assert r.returncode != 0 and "publish.engines has llamacpp" in r.stderr and "build_llamacpp.py" in r.stderr
+    assert not (tmp_path / "run" / "data").exists()  # refused before distilling
+
+
+@needs_llamacpp
+@pytest.mark.slow
+def test_pipeline_serves_its_gguf_export_with_llama_cpp_and_publishes_it(tmp_path, micro_world):
+    from heads.card import served_engine
+    from heads.formats.fingerprint import served_files_hash
+    from tests.test_cli import SMALL, run
+
+    r = run("train", *SMALL, "trainer.max_steps=30", "eval.serve=llamacpp", f"run_dir={tmp_path}/run")
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    report = json.loads((run_dir / "eval" / "eval_report.json").read_text())
+    served = report["served"]
+    assert served["method"] == "draft-simple" and served["verdict"] == "ok", served
+    assert served["equal_prompts"] == served["num_prompts"] == 4
+    assert (run_dir / "drafter" / "gguf" / "draft.gguf").is_file()  # eval.serve=llamacpp asked for the layout
+    assert served["files_sha256"] == served_files_hash(run_dir / "drafter")  # published == served, GGUF included
+    tps = served["tokens_per_second"]  # llama-server with the drafter vs without it, each prompt alone
+    assert served["speedup"] == pytest.approx(tps["speculative"] / tps["no_speculation"])
+    assert served["speed_repeats"] == 2 and "llama.cpp" in served_engine(served) and served["engine_version"]
+    assert "## Served check: llama.cpp" in (run_dir / "eval" / "report.md").read_text()
+    card = (run_dir / "drafter" / "README.md").read_text()
+    assert "Served check: llama.cpp" in card and "**ok**" in card and "without speculation" in card
+    assert f"--spec-type draft-simple --spec-draft-n-max {served['num_speculative_tokens']}" in card
