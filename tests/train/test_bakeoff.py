@@ -61,6 +61,21 @@ def test_recommendation_is_the_fastest_trustworthy_drafter():
     )
 
 
+def test_a_bakeoff_served_by_llama_cpp_names_it_and_why_a_family_is_not_served(monkeypatch):
+    from train.bakeoff import bakeoff_engine
+
+    medusa = {**_row("toy_medusa", 1.2, 2.4), "kind": "medusa"}
+    settings = {"num_prompts": 1, "max_new_tokens": 1, "num_speculative_tokens": 1, "temperature": 0.0, "tree": None}
+    contenders = [_row("toy", 1.3, 2.8, verdict="ok"), medusa]
+    workload = {"contenders": contenders, "recommended": None, "free_vs_trained": None, "overrides": []}
+    text = render_markdown({"workloads": {"default": workload}, "served_check": "llamacpp", "settings": settings})
+    assert "Served τ: llama.cpp serving each export" in text
+    assert "llama.cpp does not serve medusa drafters" in text  # the row says why it has no served figure
+    assert bakeoff_engine("llamacpp") == "llamacpp" and bakeoff_engine("off") is None
+    monkeypatch.setattr("train.bakeoff.missing_reason", lambda engine: "not installed")
+    assert bakeoff_engine("auto") is None  # auto: vLLM where it is installed
+
+
 def test_the_verdict_says_whether_training_paid_off_against_the_best_free_contender():
     rows = [
         _row("toy", 1.30, 2.8),
