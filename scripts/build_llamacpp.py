@@ -48,8 +48,9 @@ def fetch_source(home: Path) -> Path:
     with tempfile.TemporaryDirectory(dir=home) as tmp:
         print(f"[llama.cpp] downloading {llamacpp.PACKAGE}=={llamacpp.VERSION}'s source package", flush=True)
         pin = f"{llamacpp.PACKAGE}=={llamacpp.VERSION}"
-        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", pin, "-d", tmp, "-q"]
-        subprocess.run(pip, check=True)
+        # --no-binary names the package alone: ":all:" would also build its build tools (cmake) from source
+        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", llamacpp.PACKAGE, pin, "-d", tmp]
+        subprocess.run([*pip, "-q"], check=True)
         (sdist,) = Path(tmp).glob("*.tar.gz")
         prefix = f"{sdist.name.removesuffix('.tar.gz')}/vendor/llama.cpp/"
         with tarfile.open(sdist) as tar:
