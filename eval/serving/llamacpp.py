@@ -168,6 +168,22 @@ def near_ties(target_model, prompts: list, outputs: list, reference: list) -> di
     return found
 
 
+def _servable(drafter_dir: str | Path):
+    """The export's llama.cpp consumer; one line naming the fix where llama.cpp, the family or the GGUF is missing."""
+    reason = missing_reason()
+    if reason:
+        raise EvalError(f"eval.serve={ENGINE}: {reason}")
+    family = family_of_export(drafter_dir)
+    if family.not_served(ENGINE):
+        raise EvalError(f"{family.not_served(ENGINE)}; set eval.serve=null")
+    consumer = family.consumer(ENGINE)
+    if consumer.subdir and not (Path(drafter_dir) / consumer.subdir).is_dir():
+        raise EvalError(
+            f"{drafter_dir} has no {consumer.subdir}/ (llama.cpp's GGUF); re-export it with publish.engines=[{ENGINE}]"
+        )
+    return consumer
+
+
 def served_check(
     target: str,
     drafter_dir: str | Path,
@@ -189,17 +205,7 @@ def served_check(
         ours: our figures for a chain of γ on the same prompts.
         target_model: the loaded target, to tell a divergence at a near-tie from a real one.
     """
-    reason = missing_reason()
-    if reason:
-        raise EvalError(f"eval.serve={ENGINE}: {reason}")
-    family, gamma = family_of_export(drafter_dir), cfg.num_speculative_tokens
-    if family.not_served(ENGINE):
-        raise EvalError(f"{family.not_served(ENGINE)}; set eval.serve=null")
-    consumer = family.consumer(ENGINE)
-    if consumer.subdir and not (Path(drafter_dir) / consumer.subdir).is_dir():
-        raise EvalError(
-            f"{drafter_dir} has no {consumer.subdir}/ (llama.cpp's GGUF); re-export it with publish.engines=[{ENGINE}]"
-        )
+    consumer, gamma = _servable(drafter_dir), cfg.num_speculative_tokens
     spec = consumer.speculative_config(Path(drafter_dir), gamma)
     t0 = time.perf_counter()
     target_gguf = llamacpp.target_gguf(llamacpp.local_dir(target), llamacpp.home() / "targets")
