@@ -55,6 +55,9 @@ class EvalConfig:
     # top-k of head d); drafter = the tree saved with the drafter (Medusa: built from head accuracy)
     # dynamic = EAGLE-2's dynamic tree shaped by eval.dynamic_tree (EAGLE drafters, greedy)
     tree: Any = None
+    # adaptive draft length (drafters with a confidence head: DSpark): a block stops before the first draft whose
+    # estimated acceptance probability is below this, so a step drafts 1..γ tokens; null = always γ
+    draft_confidence_min: Optional[float] = None
     dynamic_tree: DynamicTreeConfig = field(default_factory=DynamicTreeConfig)
     # the decoding path: static = pre-allocated cache and compiled fixed block widths (one row, chains, drafters
     # without target features); dynamic = DynamicCache with slot masks (everything); auto = static where it

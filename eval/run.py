@@ -34,6 +34,11 @@ def check_settings(cfg: EvalConfig) -> None:
         raise EvalError(
             "eval.timing_drift_tolerance and eval.timing_max_interval must be > 0 (fractions, e.g. 0.10 and 0.5)"
         )
+    if cfg.draft_confidence_min is not None and not 0 < cfg.draft_confidence_min < 1:
+        raise EvalError(
+            f"eval.draft_confidence_min={cfg.draft_confidence_min} is not a probability in (0, 1); use e.g. 0.3, "
+            "or null for a fixed γ"
+        )
     if cfg.engine not in ENGINES:
         raise EvalError(f"eval.engine={cfg.engine!r}; use one of {list(ENGINES)}")
     if cfg.overlong_prompts not in OVERLONG:

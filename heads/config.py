@@ -189,3 +189,41 @@ class DFlashConfig:
     num_key_value_heads: Optional[int] = None  # None = the target's
     head_dim: Optional[int] = None  # None = the target's (hidden / heads when the heads are overridden)
     intermediate_size: Optional[int] = None  # None = the target's
+
+
+@dataclass
+class DSparkConfig(DFlashConfig):
+    """DSpark (DeepSpec): DFlash's block backbone drafting anchor-first, plus a low-rank Markov head (the bias
+    of the previously drafted token, applied left to right) and a confidence head (each draft's acceptance).
+
+    The block is [x_t, MASK × (block_size − 1)] and every slot drafts the next position: block_size drafts
+    per forward (vLLM `dspark`, `sample_from_anchor: true`). Loss as DeepSpec trains it: `trainer.loss`
+    (DeepSpec: total variation) and `ce_weight` of cross-entropy on the Markov-corrected logits, plus
+    `confidence_weight` of the confidence head's BCE towards each slot's acceptance Σ min(p, q).
+    """
+
+    kind: str = "dspark"
+    block_size: int = 7  # drafts per forward (the anchor slot drafts too); vLLM num_speculative_tokens ≤ this
+    loss_decay: float = 0.78  # weight of draft k (0-based): decay^k; DeepSpec's exp(−k/γ) with γ = 4
+    markov_rank: int = 64  # r of the V×r, r×V transition bias; DeepSpec ships 256 for 8B targets
+    ce_weight: float = 0.1  # share of cross-entropy against the data's next token (DeepSpec 0.1; the rest KD)
+    confidence_head: bool = True  # train and ship the acceptance-estimate head (eval.draft_confidence_min uses it)
+    confidence_with_markov: bool = True  # the head reads the previous token's Markov embedding beside the hidden
+    confidence_weight: float = 1.0  # weight of the confidence head's BCE (DeepSpec 1.0)
+
+
+@dataclass
+class DFlash2Config(DFlashConfig):
+    """DFlash2: DFlash plus a grouped causal depthwise convolution around each sublayer of the block and a
+    low-rank top-k path selector that walks the block's candidates left to right (vLLM `dflash`,
+    architecture DFlash2DraftModel). The selector is trained as speculators does: a K-way cross-entropy
+    over each slot's unary top-k with the teacher-forced previous token (the true next token replaces
+    the weakest candidate when it is missing), beside DFlash's loss.
+    """
+
+    kind: str = "dflash2"
+    conv_kernel_size: int = 2  # causal taps T of the block convolution (≤ block_size)
+    conv_group_size: int = 16  # channels sharing one dynamic tap coefficient; must divide the hidden size
+    selector_rank: int = 64  # R of the predecessor × successor transition factorisation
+    selector_top_k: int = 8  # unary candidates per slot the selector chooses among
+    selector_weight: float = 1.0  # weight of the selector's cross-entropy (speculators' selector_loss_alpha)

@@ -179,6 +179,8 @@ class DFlashLayer(nn.Module):
 
 class DFlashDrafter(nn.Module):
     kind = "dflash"
+    arch_class = DFlashArch  # what a native checkpoint's "arch" builds (a subclass family's own)
+    layer_class = DFlashLayer  # the decoder layer (DFlash2 wraps its sublayers in convolutions)
     target_signals = ("hidden_states at layer_ids",)
 
     def __init__(self, arch: DFlashArch):
@@ -187,7 +189,7 @@ class DFlashDrafter(nn.Module):
         H = arch.hidden_size
         self.fc = nn.Linear(len(arch.layer_ids) * arch.target_hidden_size, H, bias=False)
         self.hidden_norm = nn.RMSNorm(H, eps=arch.rms_norm_eps)
-        self.layers = nn.ModuleList([DFlashLayer(arch) for _ in range(arch.num_hidden_layers)])
+        self.layers = nn.ModuleList([self.layer_class(arch) for _ in range(arch.num_hidden_layers)])
         self.norm = nn.RMSNorm(H, eps=arch.rms_norm_eps)
         # The target's embedding and lm_head weights: a plain attribute, so they are neither
         # parameters (not trained, not saved) nor buffers (DDP would broadcast them every step).
@@ -221,8 +223,8 @@ class DFlashDrafter(nn.Module):
     @classmethod
     def from_pretrained(cls, path, target=None) -> "DFlashDrafter":
         """Load a native checkpoint (exports load with heads.families.dflash.load_dflash)."""
-        config, tensors = read_native(path, cls.kind, "DFlash")
-        drafter = cls(DFlashArch(**config["arch"]))
+        config, tensors = read_native(path, cls.kind, cls.__name__.removesuffix("Drafter"))
+        drafter = cls(cls.arch_class(**config["arch"]))
         drafter.load_state_dict(tensors)
         return drafter.share(target) if target is not None else drafter
 
@@ -240,27 +242,41 @@ class DFlashDrafter(nn.Module):
         ctx = self.context(features)
         return [layer.self_attn.key_value(ctx, positions) for layer in self.layers]
 
-    def run_block(
+    def block_hidden(
         self,
         tokens: torch.Tensor,
         positions: torch.Tensor,
         context: list[tuple[torch.Tensor, torch.Tensor]],
         mask: torch.Tensor,
     ) -> torch.Tensor:
-        """Block queries through the layers.
+        """Block queries through the layers and the final norm.
 
         Args:
             tokens, positions: (B, m) block tokens (anchor or mask id) and their RoPE positions.
             context: context_kv's per-layer (B, kv, S, d) keys and values.
             mask: (B, m, S + m) bool, which context and block entries each query sees.
         Returns:
-            (B, m, V) logits (the target's lm_head, float32 where the drafter is).
+            (B, m, H) the normed hidden states the lm_head scores.
         """
-        embed, lm_head = self._shared()
+        embed, _ = self._shared()
         x = F.embedding(tokens, embed).to(self.fc.weight.dtype)  # (B, m, H)
+        extra = self.layer_inputs(tokens)
         for layer, (k, v) in zip(self.layers, context):
-            x = layer(x, positions, k, v, mask)
-        return F.linear(self.norm(x).to(lm_head.dtype), lm_head)
+            x = layer(x, positions, k, v, mask, **extra)
+        return self.norm(x)
+
+    def layer_inputs(self, tokens: torch.Tensor) -> dict:
+        """Further keyword inputs of every layer given the block tokens (DFlash2: the block width); none here."""
+        return {}
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(…, H) normed hidden → (…, V) logits with the target's lm_head (float32 where the drafter is)."""
+        _, lm_head = self._shared()
+        return F.linear(hidden.to(lm_head.dtype), lm_head)
+
+    def run_block(self, tokens, positions, context, mask) -> torch.Tensor:
+        """(B, m, V) logits of the block queries (block_hidden's arguments)."""
+        return self.head(self.block_hidden(tokens, positions, context, mask))
 
     def forward(self, features, context_positions, tokens, positions, mask) -> torch.Tensor:
         """Training entry point (what accelerate wraps): context K/V from features, then the block."""

@@ -145,3 +145,87 @@ def lint_peagle(config: dict, tensors: dict[str, torch.Tensor]) -> list[str]:
             "vLLM refuses to start without it)"
         )
     return problems
+
+
+BLOCK_NORMS = ("input_layernorm", "post_attention_layernorm", "self_attn.q_norm", "self_attn.k_norm")
+# names other trainers' checkpoints use that vLLM renames on load (qwen3_dflash.py) but drafthub does not read
+BLOCK_ALIASES = {"midlayer.": "layers.0.", "encoder.fc.": "fc.", "encoder.output_norm_enc.": "hidden_norm."}
+
+
+def _block_layer_ids(config: dict) -> list[str]:
+    """Where a block export's layer ids disagree: vLLM's capture ids against every 0-based spelling + 1."""
+    ours = config.get("eagle_aux_hidden_state_layer_ids")
+    spellings = {
+        "target_layer_ids": config.get("target_layer_ids"),
+        "dflash_config.target_layer_ids": (config.get("dflash_config") or {}).get("target_layer_ids"),
+    }
+    problems = []
+    for key, ids in spellings.items():
+        if ids is None or ours is None or [i + 1 for i in ids] == list(ours):
+            continue
+        shifted = (
+            " (off by one: they are 0-based layer outputs, eagle_aux_hidden_state_layer_ids − 1)"
+            if list(ids) == list(ours) or [i + 2 for i in ids] == list(ours)
+            else ""
+        )
+        problems.append(
+            f"{key}={ids} is not eagle_aux_hidden_state_layer_ids={ours} minus one{shifted}: engines read one or "
+            "the other, and a shifted id feeds every feature from the wrong layer with no error"
+        )
+    if ours is None and all(ids is None for ids in spellings.values()):
+        problems.append("no layer ids (eagle_aux_hidden_state_layer_ids / target_layer_ids): vLLM would guess them")
+    return problems
+
+
+def lint_block(config: dict, tensors: dict[str, torch.Tensor], *, anchor_first: bool) -> list[str]:
+    """Problems with a block drafter's export (DFlash, DFlash2, DSpark) that engines serve silently wrong.
+
+    anchor_first: the layout the drafter was trained in (DSpark: every slot drafts the next position;
+    DFlash, DFlash2: the mask slots draft their own positions). Named here: a `sample_from_anchor` that
+    disagrees with it (or is missing where a parser's default would disagree), causal-attention flags on
+    a bidirectionally trained block, layer ids whose spellings disagree (the off-by-one between capture
+    ids and 0-based outputs), two mask ids, RoPE read other than trained, and missing norm tensors
+    (vLLM's loader leaves them uninitialised without an error)."""
+    problems = []
+    dflash = config.get("dflash_config") or {}
+    top, nested = config.get("sample_from_anchor"), dflash.get("sample_from_anchor")
+    if anchor_first and (top is not True or nested not in (None, True)):
+        problems.append(
+            f"sample_from_anchor={top!r} (dflash_config: {nested!r}): this drafter was trained anchor-first and "
+            "must say true at the top level (speculators' parser reads a missing key as false); served fill-in, "
+            "every draft lands one position off"
+        )
+    if not anchor_first and (top or nested):
+        problems.append(
+            "sample_from_anchor=true: this drafter was trained fill-in (mask slots draft their own positions); "
+            "served anchor-first every draft lands one position off — write false or leave it out"
+        )
+    layer_types = config.get("layer_types") or []
+    if config.get("is_causal") or dflash.get("causal") or any(t != "full_attention" for t in layer_types):
+        problems.append(
+            f"causal attention (is_causal={config.get('is_causal')!r}, dflash_config.causal={dflash.get('causal')!r}, "
+            f"layer_types={layer_types}): the block was trained bidirectional; drop these flags"
+        )
+    problems += _block_layer_ids(config)
+    masks = {config.get("mask_token_id"), dflash.get("mask_token_id")} - {None}
+    if len(masks) != 1:
+        problems.append(
+            f"mask token ids {sorted(masks)} (top level, dflash_config): vLLM takes dflash_config's first; "
+            "write the trained id once"
+        )
+    if config.get("is_neox_style", True) is not True:
+        problems.append("is_neox_style=false: the drafter was trained with rotate-half (NeoX) RoPE")
+    if not (config.get("rope_parameters") or {}).get("rope_theta") and config.get("rope_theta") is None:
+        problems.append("no rope_theta: vLLM's DFlash backbone defaults it to 1e6, not the trained base")
+    norms = ["hidden_norm.weight", "norm.weight"] + [
+        f"layers.{i}.{n}.weight" for i in range(config.get("num_hidden_layers", 0)) for n in BLOCK_NORMS
+    ]
+    missing = [n for n in norms if n not in tensors]
+    if missing:
+        aliased = sorted({a for a in BLOCK_ALIASES for name in tensors if name.startswith(a)})
+        hint = f"; rename {aliased} to {[BLOCK_ALIASES[a] for a in aliased]}" if aliased else ""
+        problems.append(
+            f"missing norm tensors {missing[:3]}: vLLM's block loader leaves absent weights uninitialised without "
+            f"an error{hint}"
+        )
+    return problems

@@ -15,7 +15,9 @@ from hydra.core.global_hydra import GlobalHydra
 
 from eval.proposers import PROPOSERS
 from heads.config import (
+    DFlash2Config,
     DFlashConfig,
+    DSparkConfig,
     DraftLMConfig,
     Eagle1Config,
     Eagle3Config,
@@ -28,7 +30,9 @@ from heads.config import (
     SuffixConfig,
 )
 from heads.dflash import DFlashDrafter
+from heads.dflash2 import DFlash2Drafter
 from heads.draft_lm import DraftLM
+from heads.dspark import DSparkDrafter
 from heads.eagle import Eagle3Drafter
 from heads.eagle1 import Eagle1Drafter
 from heads.errors import HeadsError
@@ -172,6 +176,12 @@ NATIVE = {
     "dflash": lambda target, tokenizer, path: DFlashDrafter.from_target(
         DFlashConfig(layer_ids=[1, 2], num_hidden_layers=2), target, 3
     ).save_pretrained(path),
+    "dspark": lambda target, tokenizer, path: DSparkDrafter.from_target(
+        DSparkConfig(layer_ids=[1, 2], num_hidden_layers=2, markov_rank=8), target, 3
+    ).save_pretrained(path),
+    "dflash2": lambda target, tokenizer, path: DFlash2Drafter.from_target(
+        DFlash2Config(layer_ids=[1, 2], num_hidden_layers=2, conv_group_size=8, selector_rank=8), target, 3
+    ).save_pretrained(path),
     "layer_skip": lambda target, tokenizer, path: LayerSkipDrafter.from_target(target, [1]).save_pretrained(path),
 }
 
@@ -194,6 +204,8 @@ SETTINGS = {
     "peagle": PEagleConfig(layer_ids=[0, 1, 2]),
     "ngram": NgramConfig(),
     "dflash": DFlashConfig(layer_ids=[1, 2]),
+    "dspark": DSparkConfig(layer_ids=[1, 2]),
+    "dflash2": DFlash2Config(layer_ids=[1, 2]),
     "layer_skip": LayerSkipConfig(),
     "lookahead": LookaheadConfig(),
     "suffix": SuffixConfig(),

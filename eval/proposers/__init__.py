@@ -15,7 +15,21 @@ import torch
 from eval.config import EvalConfig
 from eval.errors import EvalError
 from eval.proposer import Proposer
-from eval.proposers import dflash, draft_lm, eagle1, eagle3, layer_skip, lookahead, medusa, ngram, pard, peagle, suffix
+from eval.proposers import (
+    dflash,
+    dflash2,
+    draft_lm,
+    dspark,
+    eagle1,
+    eagle3,
+    layer_skip,
+    lookahead,
+    medusa,
+    ngram,
+    pard,
+    peagle,
+    suffix,
+)
 from eval.proposers.base import ProposerEntry
 from eval.run import check_settings
 from heads.families import family_of_export
@@ -33,6 +47,8 @@ PROPOSERS: dict[str, ProposerEntry] = {
     "lookahead": lookahead.ENTRY,
     "suffix": suffix.ENTRY,
     "dflash": dflash.ENTRY,
+    "dspark": dspark.ENTRY,
+    "dflash2": dflash2.ENTRY,
 }
 
 
@@ -49,7 +65,17 @@ def proposer_entry(kind: str) -> ProposerEntry:
 def check_eval_settings(kind: str, settings, cfg: EvalConfig) -> None:
     """Eval settings against the drafter's, before any stage runs."""
     check_settings(cfg)
-    proposer_entry(kind).check(settings, cfg)
+    entry = proposer_entry(kind)
+    _check_adaptive(kind, entry, cfg)
+    entry.check(settings, cfg)
+
+
+def _check_adaptive(kind: str, entry: ProposerEntry, cfg: EvalConfig) -> None:
+    if cfg.draft_confidence_min is not None and not entry.adaptive_length:
+        raise EvalError(
+            f"eval.draft_confidence_min={cfg.draft_confidence_min} needs a drafter with a confidence head (dspark); "
+            f"drafter.kind={kind} drafts a fixed γ: set eval.draft_confidence_min=null"
+        )
 
 
 def load_proposer(
@@ -59,6 +85,7 @@ def load_proposer(
     check_settings(cfg)
     family = family_of_export(path)
     entry = proposer_entry(family.kind)
+    _check_adaptive(family.kind, entry, cfg)
     drafter = family.load(Path(path), target)
     if isinstance(drafter, torch.nn.Module):
         drafter = drafter.eval().to(device)

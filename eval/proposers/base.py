@@ -18,6 +18,7 @@ from eval.proposer import Proposer
 class ProposerEntry:
     build: Callable[..., Proposer]  # (drafter, *, target, vocab_size, cfg, path) → Proposer
     check: Callable[[Any, EvalConfig], None]  # (drafter settings, eval settings) → EvalError before any work
+    adaptive_length: bool = False  # it honours eval.draft_confidence_min (a confidence head estimates acceptance)
 
 
 def check_block_drafter(settings, cfg: EvalConfig) -> None:

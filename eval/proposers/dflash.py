@@ -58,25 +58,30 @@ class DFlashProposer(Proposer):
         self.valid = torch.cat([self.valid, features.valid[:, :width].to(device)], 1)
         self.fed = [f + c for f, c in zip(self.fed, counts)]
 
-    @torch.no_grad()
-    def propose(
-        self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None
-    ) -> Proposal:
-        gamma, device = num_speculative_tokens, self.valid.device
+    def block_hidden(self, sequences: list[list[int]], width: int) -> torch.Tensor:
+        """(B, width, H) normed hiddens of the block [newest token, MASK × (width − 1)] at n−1 … n−2+width."""
+        device = self.valid.device
         if any(f != len(s) - 1 for f, s in zip(self.fed, sequences)):
             raise RuntimeError(
                 f"DFlash context holds {self.fed} positions but the rows have {[len(s) for s in sequences]} tokens: "
                 "the engine must deliver target features for every verified token but the newest"
             )
-        B, m = len(sequences), 1 + gamma
-        tokens = torch.full((B, m), self.drafter.arch.mask_token_id, dtype=torch.long, device=device)
+        B = len(sequences)
+        tokens = torch.full((B, width), self.drafter.arch.mask_token_id, dtype=torch.long, device=device)
         tokens[:, 0] = torch.tensor([s[-1] for s in sequences], device=device)
-        positions = torch.tensor(self.fed, device=device)[:, None] + torch.arange(m, device=device)  # (B, m)
+        positions = torch.tensor(self.fed, device=device)[:, None] + torch.arange(width, device=device)  # (B, m)
         mask = torch.cat(
-            [self.valid[:, None, :].expand(B, m, -1), torch.ones(B, m, m, dtype=torch.bool, device=device)], -1
+            [self.valid[:, None, :].expand(B, width, -1), torch.ones(B, width, width, dtype=torch.bool, device=device)],
+            -1,
         )
-        logits = self.drafter.run_block(tokens, positions, list(zip(self.keys, self.values)), mask)
-        logits = logits[:, 1:, : self.vocab_size].float()  # (B, γ, V): the mask slots
+        return self.drafter.block_hidden(tokens, positions, list(zip(self.keys, self.values)), mask)
+
+    @torch.no_grad()
+    def propose(
+        self, sequences: list[list[int]], num_speculative_tokens: int, params: SamplingParams, generator=None
+    ) -> Proposal:
+        hidden = self.block_hidden(sequences, 1 + num_speculative_tokens)
+        logits = self.drafter.head(hidden[:, 1:])[..., : self.vocab_size].float()  # (B, γ, V): the mask slots
         if params.greedy:
             return Proposal(logits.argmax(-1), draft_forwards=1)
         q = probs_from_logits(logits, params)  # (B, γ, V), each slot independent

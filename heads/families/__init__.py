@@ -18,7 +18,21 @@ from typing import Optional
 from heads import card
 from heads.convert.medusa_original import is_original_medusa
 from heads.errors import HeadsError
-from heads.families import dflash, draft_lm, eagle1, eagle3, layer_skip, lookahead, medusa, ngram, pard, peagle, suffix
+from heads.families import (
+    dflash,
+    dflash2,
+    draft_lm,
+    dspark,
+    eagle1,
+    eagle3,
+    layer_skip,
+    lookahead,
+    medusa,
+    ngram,
+    pard,
+    peagle,
+    suffix,
+)
 from heads.families.base import CATEGORIES, CONFIG, SIGNALS, SIZE_KEYS, ExportJob, Family, is_causal_lm
 from heads.formats.fingerprint import PROVENANCE_FILES
 
@@ -38,6 +52,8 @@ FAMILIES: dict[str, Family] = {
         lookahead.FAMILY,
         layer_skip.FAMILY,
         dflash.FAMILY,
+        dspark.FAMILY,
+        dflash2.FAMILY,
     )
 }
 DEFAULT_GAMMA = 4  # a report without a γ (a hand-made provenance): the engines' common default

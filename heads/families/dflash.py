@@ -25,15 +25,15 @@ from heads.errors import HeadsError
 from heads.families.base import ExportJob, Family, read_config
 from heads.formats import llamacpp, vllm
 from heads.formats.dflash_vllm_cpu import served_patch
+from heads.lint import lint_block
 
 CONFIG, WEIGHTS = "config.json", "model.safetensors"
 ARCHITECTURE = "DFlashDraftModel"
 
 
-def dflash_config(arch: DFlashArch) -> dict:
-    """The export's config.json."""
+def qwen3_fields(arch: DFlashArch) -> dict:
+    """The Qwen3 config every block family's export shares (the drafter's layer shape, the target's vocab)."""
     return {
-        "architectures": [ARCHITECTURE],
         "model_type": "qwen3",
         "hidden_size": arch.hidden_size,
         "num_hidden_layers": arch.num_hidden_layers,
@@ -51,8 +51,16 @@ def dflash_config(arch: DFlashArch) -> dict:
         "tie_word_embeddings": False,
         "use_sliding_window": False,
         "target_hidden_size": arch.target_hidden_size,
-        "block_size": arch.block_size,  # not read by vLLM: serve with num_speculative_tokens = block_size − 1
+        "block_size": arch.block_size,
         "eagle_aux_hidden_state_layer_ids": list(arch.layer_ids),
+    }
+
+
+def dflash_config(arch: DFlashArch) -> dict:
+    """The export's config.json (block_size is not read by vLLM: serve with num_speculative_tokens = block_size − 1)."""
+    return {
+        "architectures": [ARCHITECTURE],
+        **qwen3_fields(arch),
         "dflash_config": {
             "mask_token_id": arch.mask_token_id,
             "target_layer_ids": [i - 1 for i in arch.layer_ids],
@@ -60,12 +68,54 @@ def dflash_config(arch: DFlashArch) -> dict:
     }
 
 
+def write_block(out: Path, config: dict, drafter, *, anchor_first: bool) -> None:
+    """config.json + model.safetensors of a block drafter, refused with the linter's first problem."""
+    tensors = {k: v.detach().float().contiguous() for k, v in drafter.state_dict().items()}
+    problems = lint_block(config, tensors, anchor_first=anchor_first)
+    if problems:
+        raise HeadsError(f"refusing to write a block drafter export that would not serve: {problems[0]}")
+    out = Path(out)
+    (out / CONFIG).write_text(json.dumps(config, indent=2))
+    save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
+
+
+def read_block(path, name: str, *, anchor_first: bool, extra=lambda config: []) -> tuple[dict, dict]:
+    """(config, tensors) of a block drafter export the linter passes (extra: the family's own checks)."""
+    path = Path(path)
+    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
+        raise HeadsError(f"{path} is not a {name} export ({CONFIG} and {WEIGHTS})")
+    config, tensors = json.loads((path / CONFIG).read_text()), load_file(str(path / WEIGHTS))
+    problems = lint_block(config, tensors, anchor_first=anchor_first) + extra(config)
+    if problems:
+        raise HeadsError(f"{path} is not a usable {name} export: {problems[0]}")
+    return config, tensors
+
+
 def write_dflash(drafter: DFlashDrafter, out: Path) -> None:
     """Write the export of `drafter` into the (empty) directory `out`."""
-    out = Path(out)
-    (out / CONFIG).write_text(json.dumps(dflash_config(drafter.arch), indent=2))
-    tensors = {k: v.detach().float().contiguous() for k, v in drafter.state_dict().items()}
-    save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
+    write_block(out, dflash_config(drafter.arch), drafter, anchor_first=False)
+
+
+def arch_fields(config: dict, path: Path, name: str) -> dict:
+    """DFlashArch's fields from a block family's Qwen3 config.json (layer ids and mask id are the family's)."""
+    rope = config.get("rope_parameters") or {}
+    try:
+        return dict(
+            hidden_size=config["hidden_size"],
+            num_attention_heads=config["num_attention_heads"],
+            num_key_value_heads=config.get("num_key_value_heads") or config["num_attention_heads"],
+            head_dim=config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"],
+            intermediate_size=config["intermediate_size"],
+            num_hidden_layers=config["num_hidden_layers"],
+            vocab_size=config["vocab_size"],
+            target_hidden_size=config.get("target_hidden_size") or config["hidden_size"],
+            block_size=config.get("block_size", 8),
+            rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+            rope_theta=float(rope.get("rope_theta") or config.get("rope_theta") or 1e6),  # vLLM's default: 1e6
+            max_position_embeddings=config.get("max_position_embeddings", 2048),
+        )
+    except KeyError as e:
+        raise HeadsError(f"{path}/{CONFIG} lacks {e}, which a {name} export needs") from None
 
 
 def _arch(config: dict, path: Path) -> DFlashArch:
@@ -83,35 +133,13 @@ def _arch(config: dict, path: Path) -> DFlashArch:
             f"{path}/{CONFIG}: dflash_config.target_layer_ids {dflash['target_layer_ids']} are not "
             f"eagle_aux_hidden_state_layer_ids {layer_ids} minus one"
         )
-    rope = config.get("rope_parameters") or {}
-    try:
-        return DFlashArch(
-            hidden_size=config["hidden_size"],
-            num_attention_heads=config["num_attention_heads"],
-            num_key_value_heads=config.get("num_key_value_heads") or config["num_attention_heads"],
-            head_dim=config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"],
-            intermediate_size=config["intermediate_size"],
-            num_hidden_layers=config["num_hidden_layers"],
-            vocab_size=config["vocab_size"],
-            target_hidden_size=config.get("target_hidden_size") or config["hidden_size"],
-            layer_ids=list(layer_ids),
-            block_size=config.get("block_size", 8),
-            mask_token_id=dflash["mask_token_id"],
-            rms_norm_eps=config.get("rms_norm_eps", 1e-6),
-            rope_theta=float(rope.get("rope_theta") or config.get("rope_theta") or 1e6),  # vLLM's default: 1e6
-            max_position_embeddings=config.get("max_position_embeddings", 2048),
-        )
-    except KeyError as e:
-        raise HeadsError(f"{path}/{CONFIG} lacks {e}, which a DFlash export needs") from None
+    return DFlashArch(
+        **arch_fields(config, path, "DFlash"), layer_ids=list(layer_ids), mask_token_id=dflash["mask_token_id"]
+    )
 
 
-def load_dflash(path, target=None) -> DFlashDrafter:
-    """Read an export (checked: config, every tensor name and shape); with `target`, ready to draft."""
-    path = Path(path)
-    if not (path / CONFIG).is_file() or not (path / WEIGHTS).is_file():
-        raise HeadsError(f"{path} is not a DFlash export ({CONFIG} and {WEIGHTS})")
-    drafter = DFlashDrafter(_arch(json.loads((path / CONFIG).read_text()), path))
-    tensors = load_file(str(path / WEIGHTS))
+def load_tensors(path: Path, drafter, tensors: dict) -> None:
+    """Fill `drafter` with the export's tensors, every name and shape checked against the config's."""
     expected = drafter.state_dict()
     missing, extra = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
     if missing or extra:
@@ -123,6 +151,13 @@ def load_dflash(path, target=None) -> DFlashDrafter:
             f"{tuple(expected[wrong[0]].shape)}"
         )
     drafter.load_state_dict(tensors)
+
+
+def load_dflash(path, target=None) -> DFlashDrafter:
+    """Read an export (linted; every tensor name and shape checked); with `target`, ready to draft."""
+    config, tensors = read_block(path, "DFlash", anchor_first=False)
+    drafter = DFlashDrafter(_arch(config, Path(path)))
+    load_tensors(Path(path), drafter, tensors)
     return drafter.share(target) if target is not None else drafter
 
 
@@ -142,7 +177,7 @@ def _describe(export_dir: Path, summary: dict) -> dict:
     }
 
 
-def _block_gamma(gamma: int, provenance: dict) -> int:
+def block_gamma(gamma: int, provenance: dict) -> int:
     """At most block_size − 1: the drafts one trained block holds after the target's newest token."""
     block = (provenance.get("drafter_config") or {}).get("block_size")
     return min(gamma, block - 1) if isinstance(block, int) else gamma
@@ -158,17 +193,22 @@ embeddings and lm_head are shared, so none ships here. It was trained for blocks
 `num_speculative_tokens` up to {block - 1 if isinstance(block, int) else "block_size − 1"}."""
 
 
-def _llamacpp_refuses(job: ExportJob):
-    """llama.cpp's draft-dflash reads the target's layer *inputs*: the last layer's output has none (llama-server
-    aborts on its first decode), so a DFlash fusing it cannot be served there."""
-    layers = json.loads((llamacpp.local_dir(job.verifier["name_or_path"]) / CONFIG).read_text())["num_hidden_layers"]
-    ids = DFlashDrafter.from_pretrained(job.checkpoint).arch.layer_ids
-    if max(ids) >= layers:
-        return (
-            f"it fuses the target's last layer (drafter.layer_ids={list(ids)} of {layers}), and llama.cpp's "
-            f"draft-dflash reads only layer inputs; train it with layer ids below {layers}"
-        )
-    return None
+def last_layer_refusal(drafter_class):
+    """llama.cpp's block drafters (draft-dflash, draft-dspark) read the target's layer *inputs*: the last layer's
+    output has none (llama-server aborts on its first decode), so a drafter fusing it cannot be served there."""
+
+    def refuse(job: ExportJob):
+        target_config = json.loads((llamacpp.local_dir(job.verifier["name_or_path"]) / CONFIG).read_text())
+        layers = target_config["num_hidden_layers"]
+        ids = drafter_class.from_pretrained(job.checkpoint).arch.layer_ids
+        if max(ids) >= layers:
+            return (
+                f"it fuses the target's last layer (drafter.layer_ids={list(ids)} of {layers}), and llama.cpp's "
+                f"block drafters read only layer inputs; train it with layer ids below {layers}"
+            )
+        return None
+
+    return refuse
 
 
 FAMILY = Family(
@@ -184,11 +224,11 @@ FAMILY = Family(
     library="vllm",
     consumers=(
         vllm.consumer("dflash", patch=served_patch),
-        llamacpp.consumer("draft-dflash", feature_drafter=True, refuse=_llamacpp_refuses),
+        llamacpp.consumer("draft-dflash", feature_drafter=True, refuse=last_layer_refusal(DFlashDrafter)),
     ),
     about=_about,
     describe=_describe,
     check=check_dflash_settings,
     check_target=check_dflash_target,
-    serving_gamma=_block_gamma,
+    serving_gamma=block_gamma,
 )

@@ -125,6 +125,8 @@ def test_every_yaml_is_covered():
         "toy_pard",
         "toy_peagle",
         "toy_dflash",
+        "toy_dspark",
+        "toy_dflash2",
         "pard_llama8b",
         "dflash_llama8b",
     }
@@ -133,6 +135,8 @@ def test_every_yaml_is_covered():
         "drafter/pard",
         "drafter/peagle",
         "drafter/dflash",
+        "drafter/dspark",
+        "drafter/dflash2",
         "drafter/eagle1",
         "drafter/eagle3",
         "data/sharegpt_ultrachat",

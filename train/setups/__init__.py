@@ -10,7 +10,7 @@ Training-free families have no row: the pipeline skips their train stage (heads.
 from __future__ import annotations
 
 from train.errors import PipelineError
-from train.setups import dflash, draft_lm, eagle1, eagle3, layer_skip, medusa, pard, peagle
+from train.setups import dflash, dflash2, draft_lm, dspark, eagle1, eagle3, layer_skip, medusa, pard, peagle
 from train.setups.base import TrainingSetup
 
 SETUPS: dict[str, TrainingSetup] = {
@@ -21,6 +21,8 @@ SETUPS: dict[str, TrainingSetup] = {
     "peagle": peagle.SETUP,
     "eagle1": eagle1.SETUP,
     "dflash": dflash.SETUP,
+    "dspark": dspark.SETUP,
+    "dflash2": dflash2.SETUP,
     "layer_skip": layer_skip.SETUP,
 }
 

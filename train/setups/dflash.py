@@ -4,6 +4,7 @@ in one forward, trained on random anchor blocks of the target's own samples."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -31,8 +32,9 @@ class Blocks:
     tokens: torch.Tensor  # (B_rows, m) [x_t, MASK × (B − 1)] per anchor
     positions: torch.Tensor  # (B_rows, m) t … t + B − 1 per anchor
     mask: torch.Tensor  # (B_rows, m, T + m) bool: context entries then block entries each query sees
-    label_positions: torch.Tensor  # (B_rows, A, B − 1) position t + i of mask slot i's label (may be ≥ T)
-    label_valid: torch.Tensor  # (B_rows, A, B − 1) the label exists and is assistant-written
+    label_positions: torch.Tensor  # (B_rows, A, D) the position of each drafting slot's label (may be ≥ T)
+    label_valid: torch.Tensor  # (B_rows, A, D) the label exists and is assistant-written
+    first_slot: int  # the block's first drafting slot: 1 (fill-in, D = B − 1) or 0 (anchor-first, D = B)
 
 
 def anchor_blocks(
@@ -42,8 +44,12 @@ def anchor_blocks(
     block_size: int,
     num_anchors: int,
     mask_token_id: int,
+    anchor_first: bool = False,
 ) -> Blocks:
-    """Draw anchors (torch's RNG) and lay out their blocks, attention mask and labels."""
+    """Draw anchors (torch's RNG) and lay out their blocks, attention mask and labels.
+
+    Fill-in (DFlash): mask slot i predicts the token at its own position t + i. Anchor-first (DSpark): every
+    slot k, the anchor's included, predicts the next position t + k + 1."""
     rows, T = input_ids.shape
     device, width = input_ids.device, block_size
     counts = (loss_mask * attention_mask).bool()  # (B, T) assistant-written tokens
@@ -63,7 +69,8 @@ def anchor_blocks(
     context = context[:, :, None, :].expand(rows, A, width, T).reshape(rows, m, T)
     block_of = torch.arange(m, device=device) // width
     own = (block_of[:, None] == block_of[None, :]).expand(rows, m, m)
-    label_positions = positions[..., 1:]  # (B, A, W − 1): slot i predicts the token at its own position
+    first_slot = 0 if anchor_first else 1
+    label_positions = positions[..., first_slot:] + (1 if anchor_first else 0)  # (B, A, D)
     inside = label_positions < T
     label_valid = (
         anchor_valid[..., None]
@@ -78,6 +85,7 @@ def anchor_blocks(
         torch.cat([context, own], dim=-1),
         label_positions,
         label_valid,
+        first_slot,
     )
 
 
@@ -119,9 +127,26 @@ class DFlashDenoising:
         self.jsd_beta, self.kd_temperature = jsd_beta, kd_temperature
         self.progress_keys = ["loss", "sim_tau", "acc1"]
 
+    anchor_first = False  # DSpark's layout: every slot, the anchor's too, drafts the next position
+
+    def model_inputs(self, blocks: Blocks, input_ids: torch.Tensor) -> tuple:
+        """Further drafter inputs after the block's (DSpark, DFlash2: the true tokens the heads condition on)."""
+        return ()
+
+    def per_token(self, student, teacher, labels) -> torch.Tensor:
+        """(N,) the distillation loss of each drafting slot."""
+        t = self.kd_temperature
+        return kd_loss(self.loss, student / t, None if self.loss == "ce" else teacher / t, labels, self.jsd_beta)
+
+    def extra_terms(self, outputs, pick, student, teacher, weight) -> tuple[Any, dict]:
+        """A family's further loss terms: pick maps a (B, m, …) drafter output to the (N, …) drafting slots;
+        weight (N,) the slots' normalised weights. → (loss term, metrics)."""
+        return 0.0, {}
+
     def __call__(self, model, batch):
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
         rows, T = input_ids.shape
+        device = input_ids.device
         with torch.no_grad():
             features, target_logits = layer_features(self.target, input_ids, attention_mask, self.layer_ids)
         blocks = anchor_blocks(
@@ -131,27 +156,42 @@ class DFlashDenoising:
             self.block_size,
             self.anchors_per_sequence,
             self.mask_token_id,
+            anchor_first=self.anchor_first,
         )
-        context_positions = torch.arange(T, device=input_ids.device).expand(rows, T)
-        logits = model(features, context_positions, blocks.tokens, blocks.positions, blocks.mask)  # (B, m, V)
+        context_positions = torch.arange(T, device=device).expand(rows, T)
+        outputs = model(
+            features,
+            context_positions,
+            blocks.tokens,
+            blocks.positions,
+            blocks.mask,
+            *self.model_inputs(blocks, input_ids),
+        )
+        logits = outputs[0] if isinstance(outputs, tuple) else outputs  # (B, m, V)
         A, W, V = blocks.anchors.shape[1], self.block_size, self.vocab_size
-        valid = blocks.label_valid  # (B, A, W − 1)
-        student = logits.view(rows, A, W, -1)[:, :, 1:, :V][valid]  # (N, V) the mask slots
+        valid = blocks.label_valid  # (B, A, D)
+        D = valid.shape[-1]
+
+        def pick(x: torch.Tensor) -> torch.Tensor:
+            return x.view(rows, A, W, *x.shape[2:])[:, :, blocks.first_slot :][valid]
+
+        student = pick(logits)[:, :V]  # (N, V) the drafting slots
         at = blocks.label_positions[valid]  # (N,) label positions
-        row = torch.arange(rows, device=input_ids.device)[:, None, None].expand_as(valid)[valid]
+        row = torch.arange(rows, device=device)[:, None, None].expand_as(valid)[valid]
         teacher = target_logits[row, at - 1, :V]  # (N, V): the target's distribution for token x_at
         labels = input_ids[row, at]
-        slot = torch.arange(W - 1, device=input_ids.device).expand_as(valid)[valid]  # (N,) mask slot i − 1
+        slot = torch.arange(D, device=device).expand_as(valid)[valid]  # (N,) drafting slot, 0-based
         weight = self.loss_decay ** slot.float()
-        t = self.kd_temperature
-        per_token = kd_loss(self.loss, student / t, None if self.loss == "ce" else teacher / t, labels, self.jsd_beta)
-        loss = (weight * per_token).sum() / weight.sum().clamp(min=1e-9)  # an empty batch gives 0, not NaN
+        weight = weight / weight.sum().clamp(min=1e-9)  # an empty batch gives 0, not NaN
+        loss = (weight * self.per_token(student, teacher, labels)).sum()
+        extra, metrics = self.extra_terms(outputs, pick, student, teacher, weight)
+        loss = loss + extra
         with torch.no_grad():
             hits = (student.argmax(-1) == teacher.argmax(-1)).float()
-            seen = torch.bincount(slot, minlength=W - 1).float()
-            acc = torch.bincount(slot, weights=hits, minlength=W - 1) / seen.clamp(min=1)  # (W − 1,)
-            metrics = {"loss": loss.detach(), "sim_tau": 1 + acc.cumprod(0).sum(), "positions": valid.sum()}
-            metrics |= {f"acc{i + 1}": acc[i] for i in range(W - 1)}
+            seen = torch.bincount(slot, minlength=D).float()
+            acc = torch.bincount(slot, weights=hits, minlength=D) / seen.clamp(min=1)  # (D,)
+            metrics |= {"loss": loss.detach(), "sim_tau": 1 + acc.cumprod(0).sum(), "positions": valid.sum()}
+            metrics |= {f"acc{i + 1}": acc[i] for i in range(D)}
         return loss, metrics
 
 
@@ -175,16 +215,22 @@ def _prepare_dflash(ctx: TrainContext) -> Prepared:
     return Prepared(drafter, objective, ctx.dataset, state={"mask_token_id": token})
 
 
-def _finish_dflash(drafter: DFlashDrafter, prepared: Prepared, ctx: TrainContext) -> dict:
+def block_finish(drafter, prepared: Prepared, ctx: TrainContext) -> dict:
+    """The summary every block family reports: the mask id it picked and the layers it fuses."""
     return {"mask_token_id": prepared.state["mask_token_id"], "layer_ids": list(drafter.arch.layer_ids)}
 
 
-def _meta_dflash(cfg, target, config) -> torch.nn.Module:
-    mask = cfg.drafter.mask_token_id if cfg.drafter.mask_token_id is not None else 0  # any id: same shapes
-    return DFlashDrafter.from_target(cfg.drafter, target, mask)
+def meta_block(drafter_class):
+    """The planner's hook of a block family: its drafter for a (meta) target."""
+
+    def meta(cfg, target, config) -> torch.nn.Module:
+        mask = cfg.drafter.mask_token_id if cfg.drafter.mask_token_id is not None else 0  # any id: same shapes
+        return drafter_class.from_target(cfg.drafter, target, mask)
+
+    return meta
 
 
-def _activations_dflash(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_bytes) -> tuple[float, float]:
+def block_activations(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_bytes) -> tuple[float, float]:
     d, seq = cfg.drafter, cfg.trainer.max_seq_len
     layers = len(d.layer_ids) if d.layer_ids is not None else 3
     sequences = tokens / seq
@@ -198,9 +244,9 @@ def _activations_dflash(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_
 
 SETUP = TrainingSetup(
     prepare=_prepare_dflash,
-    meta_drafter=_meta_dflash,
-    activations=_activations_dflash,
-    finish=_finish_dflash,
+    meta_drafter=meta_block(DFlashDrafter),
+    activations=block_activations,
+    finish=block_finish,
     losses=KD_LOSSES,
     off_policy_only=BLOCK_DRAFTS_ONLY,
 )
