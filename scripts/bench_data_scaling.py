@@ -34,6 +34,8 @@ FAMILIES = {  # recipe → label; the parallel drafters are listed too (--famili
     "toy_pard": "PARD",
     "toy_peagle": "P-EAGLE",
     "toy_dflash": "DFlash",
+    "toy_dspark": "DSpark",
+    "toy_dflash2": "DFlash2",
 }
 ON_POLICY = {"toy": ("chains", "answers"), "toy_eagle": ("chains",)}  # on-policy families → their rollouts
 SAME_EVAL = ["eval.gamma_sweep=[]", "eval.num_speculative_tokens=4", "eval.serve=null", "eval.tree=null"]

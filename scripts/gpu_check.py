@@ -5,6 +5,8 @@ For every trainable family it runs the recipe's stages (distill, train, eval; no
 the two τ must agree up to bf16 noise (`--tolerance`, relative), or the engine or an export behaves
 differently on the GPU. Printed: τ per family on the device and on the CPU, the speed-up with its
 interval and the engine path, peak GPU memory per family, and `ok` (every family within tolerance).
+With `--serve vllm` each export is also served by vLLM where vLLM serves that family on this machine; DSpark and
+DFlash2 need its GPU model runner, so on a CPU their entry says exactly that instead of a verdict.
 
     scripts/gpu_check.sh                 # installs offline from a wheel directory, then runs this
     python scripts/gpu_check.py --device cpu --quick --recipes toy_draft   # the CPU check of the check
@@ -24,7 +26,17 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
-RECIPES = ("toy_draft", "toy_medusa", "toy_eagle1", "toy_eagle", "toy_pard", "toy_peagle", "toy_dflash")
+RECIPES = (
+    "toy_draft",
+    "toy_medusa",
+    "toy_eagle1",
+    "toy_eagle",
+    "toy_pard",
+    "toy_peagle",
+    "toy_dflash",
+    "toy_dspark",
+    "toy_dflash2",
+)
 # --quick: the micro target and a few steps, to check the machinery rather than the drafters (minutes on a CPU)
 QUICK = [
     "target=micro",
@@ -42,13 +54,18 @@ QUICK_FAMILY = {
     "toy_eagle": ["drafter.select_samples=4", "drafter.layer_ids=[0,1,2]", "drafter.draft_vocab_size=256"],
     "toy_peagle": ["drafter.select_samples=4", "drafter.layer_ids=[0,1,2]", "drafter.draft_vocab_size=256"],
     "toy_dflash": ["drafter.layer_ids=[1,2]"],
+    "toy_dspark": ["drafter.layer_ids=[1,2]"],
+    "toy_dflash2": ["drafter.layer_ids=[1,2]"],
 }
 
 
-def _train(recipe: str, run_dir: Path, device: str, quick: bool) -> dict:
-    """Run distill, train and eval of `recipe` in-process; the eval report and this run's peak GPU memory."""
+def _train(recipe: str, run_dir: Path, device: str, quick: bool, serve: str | None = None) -> dict:
+    """Run distill, train and eval of `recipe` in-process (served by `serve` too, where that engine serves the
+    family here); the eval report, this run's peak GPU memory, and why it was not served (None: it was, or not
+    asked)."""
     from hydra import compose, initialize_config_module
 
+    from heads.families import get_family
     from train.config import register_configs
     from train.pipeline import run_pipeline
 
@@ -63,10 +80,15 @@ def _train(recipe: str, run_dir: Path, device: str, quick: bool) -> dict:
     ]
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
+    not_served = None
     with initialize_config_module("conf", version_base=None):
+        if serve:  # e.g. DSpark and DFlash2 on vLLM: its GPU runner only, reported as such, never as a pass
+            not_served = get_family(compose("config", overrides=overrides).drafter.kind).not_served(serve)
+            overrides += [] if not_served else [f"eval.serve={serve}"]
         run_pipeline(compose("config", overrides=overrides))
     peak = torch.cuda.max_memory_allocated() / 2**20 if device.startswith("cuda") else None
-    return {"report": json.loads((run_dir / "eval" / "eval_report.json").read_text()), "peak_gpu_memory_mib": peak}
+    report = json.loads((run_dir / "eval" / "eval_report.json").read_text())
+    return {"report": report, "peak_gpu_memory_mib": peak, "not_served": not_served}
 
 
 def _cpu_tau(run_dir: Path, report: dict) -> float:
@@ -106,6 +128,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="micro target, a few steps: checks the machinery only")
     ap.add_argument("--tolerance", type=float, default=0.10, help="allowed relative gap between device and CPU τ")
     ap.add_argument("--work-dir", type=Path, default=None, help="where the runs go (default: a temporary directory)")
+    ap.add_argument("--serve", default=None, help="also serve each export with this engine (vllm, llamacpp)")
     args = ap.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print(
@@ -118,7 +141,7 @@ def main(argv=None) -> int:
     families, t0 = {}, time.perf_counter()
     for recipe in args.recipes.split(","):
         run_dir = work / recipe
-        result = _train(recipe, run_dir, args.device, args.quick)
+        result = _train(recipe, run_dir, args.device, args.quick, args.serve)
         report = result["report"]
         cpu_tau = report["tau"] if args.device == "cpu" else _cpu_tau(run_dir, report)
         families[report["kind"]] = {
@@ -136,6 +159,11 @@ def main(argv=None) -> int:
             if result["peak_gpu_memory_mib"] is None
             else round(result["peak_gpu_memory_mib"]),
         }
+        if args.serve:
+            served = report.get("served") or {}
+            families[report["kind"]]["served"] = result["not_served"] or {
+                k: served.get(k) for k in ("engine", "verdict", "tau", "equal_prompts", "reason")
+            }
     ok = all(f["tau_gap"] <= args.tolerance and f["lossless"] for f in families.values())
     print(
         json.dumps(

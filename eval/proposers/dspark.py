@@ -46,11 +46,13 @@ class DSparkProposer(DFlashProposer):
     ) -> Proposal:
         gamma, drafter = num_speculative_tokens, self.drafter
         hidden = self.block_hidden(sequences, gamma)  # (B, γ, H)
+        base = drafter.head(hidden)[..., : self.vocab_size].float()  # (B, γ, V): every slot in one matmul
+        markov = drafter.markov_head
         prev = torch.tensor([s[-1] for s in sequences], device=hidden.device)
         tokens, probs, embedded = [], [], []
-        for i in range(gamma):
-            logits, e = drafter.step_logits(hidden[:, i], prev)
-            logits = logits[:, : self.vocab_size].float()
+        for i in range(gamma):  # left to right: draft i's bias comes from draft i − 1
+            e = markov.embed(prev)
+            logits = base[:, i] + markov.bias(e)[:, : self.vocab_size].float()
             if params.greedy:
                 prev = logits.argmax(-1)
             else:

@@ -150,6 +150,8 @@ def test_bakeoff_trains_every_family_on_the_same_data_and_evaluates_them_alike(t
                 "+bakeoff.overrides.toy_peagle="
                 + quoted("drafter.select_samples=4", "drafter.layer_ids=[0,1,2]", "drafter.draft_vocab_size=256"),
                 f"+bakeoff.overrides.toy_dflash={quoted('drafter.layer_ids=[1,2]')}",
+                f"+bakeoff.overrides.toy_dspark={quoted('drafter.layer_ids=[1,2]')}",
+                f"+bakeoff.overrides.toy_dflash2={quoted('drafter.layer_ids=[1,2]')}",
                 f"+bakeoff.overrides.toy_layer_skip={quoted('drafter.search_samples=4')}",
             ],
         )
@@ -159,7 +161,8 @@ def test_bakeoff_trains_every_family_on_the_same_data_and_evaluates_them_alike(t
     assert list(workloads) == ["code_continuation", "repeated_requests"]
     rows = workloads["code_continuation"]["contenders"]
     free = ["ngram", "suffix", "lookahead", "layer_skip"]
-    assert [r["kind"] for r in rows] == ["draft_lm", "medusa", "eagle3", "pard", "peagle", "dflash", *free]
+    parallel = ["pard", "peagle", "dflash", "dspark", "dflash2"]
+    assert [r["kind"] for r in rows] == ["draft_lm", "medusa", "eagle3", *parallel, *free]
     for r in rows:
         run = root / r["recipe"]
         assert (run / "data").resolve() == (root / "data").resolve()  # one distilled dataset for all
@@ -179,7 +182,7 @@ def test_bakeoff_trains_every_family_on_the_same_data_and_evaluates_them_alike(t
     # one drafter forward per step for the parallel families (and Medusa's heads), γ for sequential chains
     forwards = {r["kind"]: r["draft_forwards_per_step"] for r in rows}
     assert forwards == {
-        "draft_lm": 4, "medusa": 1, "eagle3": 4, "pard": 1, "peagle": 1, "dflash": 1,
+        "draft_lm": 4, "medusa": 1, "eagle3": 4, "pard": 1, "peagle": 1, "dflash": 1, "dspark": 1, "dflash2": 1,
         "ngram": 0, "suffix": 0, "lookahead": 0, "layer_skip": 4,
     }  # fmt: skip
     best = recommend(rows)
@@ -237,4 +240,4 @@ def test_every_chat_bakeoff_contender_fits_the_chat_target(tmp_path):
         assert run.trainer.max_seq_len >= run.data.max_prompt_tokens + run.data.sampling.max_new_tokens
         if run.drafter.kind in ("draft_lm", "pard"):  # pretrained, as real draft models are
             assert run.drafter.init == "toyworld:chat/draft"
-    assert {"eagle3", "peagle", "dflash", "draft_lm", "pard"} <= checked
+    assert {"eagle3", "peagle", "dflash", "dspark", "dflash2", "draft_lm", "pard"} <= checked
