@@ -17,8 +17,8 @@ from eval.proposers import PROPOSERS
 from heads.config import (
     DFlash2Config,
     DFlashConfig,
-    DSparkConfig,
     DraftLMConfig,
+    DSparkConfig,
     Eagle1Config,
     Eagle3Config,
     LayerSkipConfig,

@@ -144,6 +144,22 @@ def _recipe_args(name: str, standin, data, tmp_path) -> list[str]:
             "eval.num_speculative_tokens=3",
             "eval.gamma_sweep=[]",
         ]
+    if name == "dspark_qwen3_8b":  # Qwen3's quirks: its own chat template, two end tokens, tied embeddings
+        qwen3 = standin("qwen3")
+        return [
+            f"target.name_or_path={qwen3.path}",
+            sharegpt,
+            *ultrachat,
+            "data.backend=hf",
+            "drafter.layer_ids=[1,2]",
+            "drafter.num_hidden_layers=1",
+            "drafter.block_size=4",
+            "drafter.markov_rank=16",
+            f"drafter.mask_token_id={qwen3.reserved_token_id}",
+            "drafter.anchors_per_sequence=8",
+            "eval.num_speculative_tokens=4",
+            "eval.gamma_sweep=[]",
+        ]
     if name == "medusa_vicuna7b":
         return [
             f"target.name_or_path={_vicuna(standin('mistral'), tmp_path)}",
@@ -188,7 +204,9 @@ def _vicuna(mistral, tmp_path):
 
 
 @pytest.mark.needs_vllm
-@pytest.mark.parametrize("recipe", ["eagle_llama8b", "pard_llama8b", "dflash_llama8b", "medusa_vicuna7b"])
+@pytest.mark.parametrize(
+    "recipe", ["eagle_llama8b", "pard_llama8b", "dflash_llama8b", "dspark_qwen3_8b", "medusa_vicuna7b"]
+)
 def test_a_shipped_recipe_runs_end_to_end_on_its_stand_in(recipe, standin, prompt_sets, tmp_path, monkeypatch):
     pytest.importorskip("vllm", reason="the recipes' served check and vLLM distillation need vLLM's CPU build")
     monkeypatch.chdir(tmp_path)

@@ -71,10 +71,17 @@ def check_eval_settings(kind: str, settings, cfg: EvalConfig) -> None:
 
 
 def _check_adaptive(kind: str, entry: ProposerEntry, cfg: EvalConfig) -> None:
-    if cfg.draft_confidence_min is not None and not entry.adaptive_length:
+    if cfg.draft_confidence_min is None:
+        return
+    if not entry.adaptive_length:
         raise EvalError(
             f"eval.draft_confidence_min={cfg.draft_confidence_min} needs a drafter with a confidence head (dspark); "
             f"drafter.kind={kind} drafts a fixed γ: set eval.draft_confidence_min=null"
+        )
+    if cfg.serve == "vllm":  # llama.cpp's --spec-draft-p-min is the same cut; vLLM's adaptive verification is not
+        raise EvalError(
+            f"eval.draft_confidence_min={cfg.draft_confidence_min} with eval.serve=vllm: vLLM's adaptive verification "
+            "is another rule; serve with eval.serve=llamacpp (the same cut) or measure a fixed γ"
         )
 
 

@@ -9,8 +9,8 @@ the drafts before it, which is what lossless verification of a chain needs.
 
 Adaptive length (`eval.draft_confidence_min`): the confidence head estimates each draft's acceptance
 probability; a row keeps its drafts up to (not including) the first one estimated below the
-threshold, and at least one. The block forward is the same; only the chain the target verifies is
-shorter.
+threshold — none if the first is — which is the cut llama.cpp's `--spec-draft-p-min` makes. The block
+forward is the same; only the chain the target verifies is shorter.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from heads.dspark import DSparkDrafter
 
 def kept_drafts(confidence: torch.Tensor, threshold: float) -> torch.Tensor:
     """(B, γ) estimated acceptance probabilities → (B,) drafts kept: those before the first one under the
-    threshold, at least one."""
+    threshold (none when the first is: that step decodes one token, as llama.cpp's --spec-draft-p-min does)."""
     below = confidence < threshold
     none_below = torch.full((below.shape[0],), below.shape[1], device=below.device)
-    return torch.where(below.any(1), below.float().argmax(1), none_below).clamp(min=1)
+    return torch.where(below.any(1), below.float().argmax(1), none_below)
 
 
 class DSparkProposer(DFlashProposer):

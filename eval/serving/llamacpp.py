@@ -207,6 +207,9 @@ def served_check(
     """
     consumer, gamma = _servable(drafter_dir), cfg.num_speculative_tokens
     spec = consumer.speculative_config(Path(drafter_dir), gamma)
+    if cfg.draft_confidence_min is not None:  # our adaptive length: the same cut by the drafter's confidence head
+        at = spec["args"].index("--spec-draft-p-min") + 1
+        spec["args"][at] = str(cfg.draft_confidence_min)
     t0 = time.perf_counter()
     target_gguf = llamacpp.target_gguf(llamacpp.local_dir(target), llamacpp.home() / "targets")
     logs = Path(tempfile.mkdtemp(prefix="drafthub-llamacpp-"))  # kept only when a server fails: errors name them
@@ -301,3 +304,21 @@ def _timed(max_new_tokens: int):
         return len(tokens), time.perf_counter() - t0
 
     return timed
+
+
+def unchecked_served_tau(
+    target: str | Path, export_dir: Path, spec_type: str, prompts: list[list[int]], *, gamma: int, max_new_tokens: int
+) -> float:
+    """τ of a drafter directory converted and served by llama.cpp exactly as it is, *without* drafthub's linter:
+    what a server makes of an export the linter refuses (tests and benchmarks show the acceptance it prevents).
+    Greedy, each prompt alone; τ = 1 + accepted / drafting steps from llama-server's counters."""
+    target_dir = llamacpp.local_dir(str(target))
+    target_gguf = llamacpp.target_gguf(target_dir, llamacpp.home() / "targets")
+    with tempfile.TemporaryDirectory(prefix="drafthub-unchecked-") as tmp:
+        draft = llamacpp.convert(Path(export_dir), Path(tmp) / "draft.gguf", target_dir=target_dir)
+        args = ["-md", str(draft), *llamacpp.server_args(spec_type, gamma, lambda settings, g: [], {})]
+        context = max(map(len, prompts)) + max_new_tokens + 2 * gamma + 8
+        with llama_server(target_gguf, args, context=context, log=Path(tmp) / "server.log") as url:
+            _decode_all(url, prompts, max_new_tokens, Path(tmp) / "server.log")
+            drafts, accepted, _, _ = counters(url)
+    return 1 + accepted / max(drafts, 1)

@@ -45,7 +45,6 @@ def test_adaptive_length_is_lossless_and_drafts_fewer_tokens(target, fitted, tok
     out, adaptive = _generate(target, DSparkProposer(fitted["dspark"], len(tokenizer), 0.3), prompt_ids, 4, tokenizer)
     assert out == greedy_reference
     assert sum(adaptive.draft_counts) < sum(fixed.draft_counts)  # the confidence head cut some blocks short
-    assert min(adaptive.draft_counts) >= 1
 
 
 @pytest.mark.parametrize("kind", sorted(PROPOSERS))

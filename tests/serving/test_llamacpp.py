@@ -100,7 +100,7 @@ def test_a_missing_llama_cpp_is_one_line_naming_the_build_script(tmp_path, monke
 @pytest.fixture(scope="module")
 def gguf_exports(tmp_path_factory, micro_world, target, tokenizer):
     """The served-check tests' fitted drafters, exported as publish.engines=[llamacpp] exports them."""
-    from tests.eval.dflash_fit import fit_dflash
+    from tests.eval.dflash_fit import fit_dflash, fit_dflash2, fit_dspark
     from tests.eval.eagle_fit import fit_eagle
     from tests.serving.test_served_check import fitted_draft_lm
 
@@ -116,17 +116,25 @@ def gguf_exports(tmp_path_factory, micro_world, target, tokenizer):
         ),
         # fusing the output of the micro target's first layer: llama.cpp's DFlash reads layer inputs (see below)
         "dflash": export(fit_dflash(target, layer_ids=(1,)), root / "dflash", verifier=verifier, engines=engines),
+        "dspark": export(fit_dspark(target, layer_ids=(1,)), root / "dspark", verifier=verifier, engines=engines),
+        "dflash2": export(fit_dflash2(target, layer_ids=(1,)), root / "dflash2", verifier=verifier, engines=engines),
     }
 
 
 @needs_llamacpp
-@pytest.mark.parametrize("kind", ["draft_lm", "eagle3", "dflash", "layer_skip", "ngram"])
+@pytest.mark.parametrize("kind", ["draft_lm", "eagle3", "dflash", "dspark", "dflash2", "layer_skip", "ngram"])
 def test_llama_server_serves_each_gguf_export_as_our_engine_runs_it(
     kind, gguf_exports, target, tokenizer, micro_world, prompt_ids
 ):
     report = _serve(target, tokenizer, micro_world, gguf_exports[kind], prompt_ids, cfg=CFG)
     served = report["served"]
-    methods = {"eagle3": "draft-eagle3", "dflash": "draft-dflash", "ngram": "ngram-simple"}
+    methods = {
+        "eagle3": "draft-eagle3",
+        "dflash": "draft-dflash",
+        "dspark": "draft-dspark",
+        "dflash2": "draft-dflash",
+        "ngram": "ngram-simple",
+    }
     assert served["engine"] == "llamacpp" and served["method"] == methods.get(kind, "draft-simple")
     assert served["equal_prompts"] == len(prompt_ids), served["reason"]  # llama.cpp's output == the target's greedy
     assert served["verdict"] == "ok", served["reason"]
@@ -147,6 +155,49 @@ def test_a_dflash_fusing_the_last_target_layer_is_refused_before_converting(tmp_
     with pytest.raises(HeadsError, match=r"fuses the target's last layer \(drafter.layer_ids=\[1, 2\] of 2\)"):
         export(drafter, tmp_path / "d", verifier=verifier, engines=("llamacpp",))
     assert not (tmp_path / "d").exists()  # no partial export
+
+
+@needs_llamacpp
+def test_dsparks_adaptive_length_is_llama_cpps_confidence_cut(gguf_exports, target, tokenizer, micro_world, prompt_ids):
+    """eval.draft_confidence_min and llama-server's --spec-draft-p-min cut the block at the same draft."""
+    cfg = replace(CFG, draft_confidence_min=0.3)
+    report = _serve(target, tokenizer, micro_world, gguf_exports["dspark"], prompt_ids, cfg=cfg)
+    served = report["served"]
+    args = served["server_args"]
+    assert args[args.index("--spec-draft-p-min") + 1] == "0.3"
+    assert report["draft_tokens_per_step"] < CFG.num_speculative_tokens  # blocks were cut
+    assert served["verdict"] == "ok" and served["equal_prompts"] == len(prompt_ids), served["reason"]
+    assert abs(served["tau"] - served["ours"]["tau"]) <= 0.05 * served["ours"]["tau"], served
+
+
+# (family, config key, wrong value): what the linter refuses, served anyway: the acceptance it prevents
+SILENT = [
+    ("dspark", "sample_from_anchor", False),  # served fill-in: every draft one position off
+    ("dflash", "dflash_config.target_layer_ids", [-1]),  # off by one: the embeddings instead of layer 1's output
+    ("dflash2", "dflash_config.target_layer_ids", [-1]),
+]
+
+
+@needs_llamacpp
+@pytest.mark.parametrize(("kind", "key", "wrong"), SILENT)
+def test_a_silently_wrong_block_export_is_refused_and_served_it_collapses(
+    kind, key, wrong, gguf_exports, tmp_path, micro_world, prompt_ids
+):
+    right = gguf_exports[kind]
+    bad = tmp_path / "bad"
+    shutil.copytree(right, bad, ignore=shutil.ignore_patterns("gguf"))
+    config = json.loads((bad / "config.json").read_text())
+    outer, _, last = key.rpartition(".")
+    (config[outer] if outer else config)[last] = wrong
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises(HeadsError, match=r"one position off|off by one"):
+        FAMILIES[kind].lint(bad)  # drafthub refuses it by name
+    spec = FAMILIES[kind].consumer("llamacpp").speculative_config(right, 3)["method"]
+    served = {
+        d: served_llamacpp.unchecked_served_tau(micro_world.target_dir, d, spec, prompt_ids, gamma=3, max_new_tokens=24)
+        for d in (right, bad)
+    }
+    assert served[bad] < served[right] - 0.03 and served[bad] < 1.05, served  # what llama.cpp makes of it: no error
 
 
 @needs_llamacpp

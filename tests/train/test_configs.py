@@ -129,6 +129,7 @@ def test_every_yaml_is_covered():
         "toy_dflash2",
         "pard_llama8b",
         "dflash_llama8b",
+        "dspark_qwen3_8b",
     }
     assert {f"{_group(p)}/{p.stem}" for p in GROUP_YAMLS} >= {
         "drafter/ngram",
