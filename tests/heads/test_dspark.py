@@ -179,3 +179,16 @@ def test_eval_settings_the_drafter_rules_out_stop_the_run(recipe, override, mess
     cfg = OmegaConf.to_object(_compose(f"recipe={recipe}", "target=micro", "drafter.layer_ids=[1,2]", override, *extra))
     with pytest.raises(EvalError, match=message):
         check_run(cfg)
+
+
+@pytest.mark.parametrize("recipe", ["toy_dspark", "toy_dflash2"])
+def test_serving_with_vllm_on_a_cpu_is_refused_as_needing_its_gpu_runner(recipe):
+    from train.errors import PipelineError
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU: vLLM's V2 runner serves these families")
+    cfg = OmegaConf.to_object(
+        _compose(f"recipe={recipe}", "target=micro", "drafter.layer_ids=[1,2]", "eval.serve=vllm")
+    )
+    with pytest.raises(PipelineError, match=r"eval.serve=vllm: needs vLLM's GPU runner: vLLM 0.32 serves D"):
+        check_run(cfg)
