@@ -90,4 +90,3 @@ def test_the_vllm_plugin_patches_dflash_only_when_asked(monkeypatch, tmp_path):
         register()  # what vLLM does in the engine processes it spawns, which inherit the variable
     assert (DFlashQwen3Model._normalize_context_k is _per_layer_k_norm) == (not torch.cuda.is_available())
     assert ENV not in os.environ
-
