@@ -118,9 +118,10 @@ def _add_family(root) -> list[str]:
         assert anchor in source, f"{table} {name} lists its rows as `{anchor}`"
         indent = re.search(rf"\n(\s*){re.escape(anchor)}", source).group(1)
         source = source.replace(anchor, f"{anchor}\n{indent}{line}", 1)
-        imports = re.search(rf"from {table.rsplit('/', 1)[0].replace('/', '.')} import ([\w, ]+)\n", source)
-        modules = sorted({*imports.group(1).split(", "), KIND})
-        listed = imports.group(0).replace(imports.group(1), ", ".join(modules))
+        package = table.rsplit("/", 1)[0].replace("/", ".")
+        imports = re.search(rf"from {package} import \(?\s*([\w,\s]+?),?\s*\)?\n", source)  # one line or (…)
+        modules = sorted({*re.split(r",\s*", imports.group(1).strip()), KIND})
+        listed = f"from {package} import (\n" + "".join(f"    {m},\n" for m in modules) + ")\n"
         path.write_text(source.replace(imports.group(0), listed))
         touched.append(table)
     return touched

@@ -277,7 +277,7 @@ def test_the_publish_stage_without_network_is_one_line(tmp_path, hub_env, finish
 def test_help_lists_the_real_groups_and_says_what_conf_accelerate_is():
     code, out, _ = run_app("train", ["--help"])
     groups = out.split("== Configuration groups ==")[1].split("== Config ==")[0]
-    assert code == 0 and "\ndrafter: dflash, draft_lm," in groups and "\nrecipe: " in groups
+    assert code == 0 and "\ndrafter: dflash, dflash2, draft_lm," in groups and "\nrecipe: " in groups
     assert "\naccelerate:" not in groups and "_schema" not in groups
     assert (
         "conf/accelerate/NAME.yaml (ddp, fsdp, zero2, zero3) are not a group: train on several GPUs with\n"

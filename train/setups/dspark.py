@@ -52,7 +52,9 @@ class DSparkDenoising(DFlashDenoising):
 
     def per_token(self, student, teacher, labels) -> torch.Tensor:
         kd = super().per_token(student, teacher, labels)
-        return (1 - self.ce_weight) * kd + self.ce_weight * cross_entropy(student, labels)
+        known = labels < student.shape[-1]  # a token past the tokenizer's vocabulary (a padded row) has no class
+        ce = cross_entropy(student, labels.clamp(max=student.shape[-1] - 1)) * known
+        return (1 - self.ce_weight) * kd + self.ce_weight * ce
 
     def extra_terms(self, outputs, pick, student, teacher, weight):
         confidence = outputs[1]
