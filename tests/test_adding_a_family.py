@@ -119,8 +119,10 @@ def _add_family(root) -> list[str]:
         indent = re.search(rf"\n(\s*){re.escape(anchor)}", source).group(1)
         source = source.replace(anchor, f"{anchor}\n{indent}{line}", 1)
         package = table.rsplit("/", 1)[0].replace("/", ".")
-        imports = re.search(rf"from {package} import \(?\s*([\w,\s]+?),?\s*\)?\n", source)  # one line or (…)
-        modules = sorted({*re.split(r",\s*", imports.group(1).strip()), KIND})
+        imports = re.search(rf"from {package} import \(\n((?:\s+\w+,\n)+)\)\n", source) or re.search(
+            rf"from {package} import ([\w, ]+)\n", source
+        )  # the parenthesised list ruff writes, or one line
+        modules = sorted({*re.findall(r"\w+", imports.group(1)), KIND})
         listed = f"from {package} import (\n" + "".join(f"    {m},\n" for m in modules) + ")\n"
         path.write_text(source.replace(imports.group(0), listed))
         touched.append(table)
