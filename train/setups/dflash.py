@@ -195,24 +195,31 @@ class DFlashDenoising:
         return loss, metrics
 
 
-def _prepare_dflash(ctx: TrainContext) -> Prepared:
-    trainer, d = ctx.cfg.trainer, ctx.cfg.drafter
-    token = mask_token(ctx, "mask_token_id")
-    with whole_embeddings(ctx.target):
-        drafter = DFlashDrafter.from_target(d, ctx.target, token)
-    objective = DFlashDenoising(
-        ctx.target,
-        drafter.arch.layer_ids,
-        block_size=d.block_size,
-        mask_token_id=token,
-        anchors_per_sequence=d.anchors_per_sequence,
-        loss=trainer.loss,
-        vocab_size=len(ctx.tokenizer),
-        loss_decay=d.loss_decay,
-        jsd_beta=trainer.jsd_beta,
-        kd_temperature=trainer.kd_temperature,
-    )
-    return Prepared(drafter, objective, ctx.dataset, state={"mask_token_id": token})
+def prepare_block(drafter_class, objective_class, **settings):
+    """The `prepare` of a fill-in block family (DFlash, DFlash2): its drafter on the target's shared embeddings and
+    DFlash's objective class; settings: further objective arguments, each named by its drafter setting."""
+
+    def prepare(ctx: TrainContext) -> Prepared:
+        trainer, d = ctx.cfg.trainer, ctx.cfg.drafter
+        token = mask_token(ctx, "mask_token_id")
+        with whole_embeddings(ctx.target):
+            drafter = drafter_class.from_target(d, ctx.target, token)
+        objective = objective_class(
+            ctx.target,
+            drafter.arch.layer_ids,
+            block_size=d.block_size,
+            mask_token_id=token,
+            anchors_per_sequence=d.anchors_per_sequence,
+            loss=trainer.loss,
+            vocab_size=len(ctx.tokenizer),
+            loss_decay=d.loss_decay,
+            jsd_beta=trainer.jsd_beta,
+            kd_temperature=trainer.kd_temperature,
+            **{name: getattr(d, name) for name in settings},
+        )
+        return Prepared(drafter, objective, ctx.dataset, state={"mask_token_id": token})
+
+    return prepare
 
 
 def block_finish(drafter, prepared: Prepared, ctx: TrainContext) -> dict:
@@ -243,7 +250,7 @@ def block_activations(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_by
 
 
 SETUP = TrainingSetup(
-    prepare=_prepare_dflash,
+    prepare=prepare_block(DFlashDrafter, DFlashDenoising),
     meta_drafter=meta_block(DFlashDrafter),
     activations=block_activations,
     finish=block_finish,

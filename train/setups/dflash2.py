@@ -8,9 +8,8 @@ import torch.nn.functional as F
 
 from heads.dflash2 import DFlash2Drafter
 from train.losses import KD_LOSSES
-from train.setups.base import BLOCK_DRAFTS_ONLY, Prepared, TrainContext, TrainingSetup, mask_token
-from train.setups.dflash import DFlashDenoising, block_activations, block_finish, meta_block
-from train.sharded_target import whole_embeddings
+from train.setups.base import BLOCK_DRAFTS_ONLY, TrainingSetup
+from train.setups.dflash import DFlashDenoising, block_activations, block_finish, meta_block, prepare_block
 
 
 class DFlash2Denoising(DFlashDenoising):
@@ -40,29 +39,8 @@ class DFlash2Denoising(DFlashDenoising):
         return self.selector_weight * (weight * ce).sum(), metrics
 
 
-def _prepare_dflash2(ctx: TrainContext) -> Prepared:
-    trainer, d = ctx.cfg.trainer, ctx.cfg.drafter
-    token = mask_token(ctx, "mask_token_id")
-    with whole_embeddings(ctx.target):
-        drafter = DFlash2Drafter.from_target(d, ctx.target, token)
-    objective = DFlash2Denoising(
-        ctx.target,
-        drafter.arch.layer_ids,
-        block_size=d.block_size,
-        mask_token_id=token,
-        anchors_per_sequence=d.anchors_per_sequence,
-        loss=trainer.loss,
-        vocab_size=len(ctx.tokenizer),
-        loss_decay=d.loss_decay,
-        jsd_beta=trainer.jsd_beta,
-        kd_temperature=trainer.kd_temperature,
-        selector_weight=d.selector_weight,
-    )
-    return Prepared(drafter, objective, ctx.dataset, state={"mask_token_id": token})
-
-
 SETUP = TrainingSetup(
-    prepare=_prepare_dflash2,
+    prepare=prepare_block(DFlash2Drafter, DFlash2Denoising, selector_weight=True),
     meta_drafter=meta_block(DFlash2Drafter),
     activations=block_activations,
     finish=block_finish,
