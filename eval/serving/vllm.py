@@ -58,18 +58,28 @@ def _counters(metrics) -> tuple[int, int, list[int], int]:
     return drafts, accepted, per_pos, draft_tokens
 
 
-def _start_engine(target: str, settings: VLLMServeConfig, speculative_config: Optional[dict], **kwargs):
-    """One vLLM engine for the target, with the drafter (speculative_config) or without it (None)."""
+def engine_defaults(settings: VLLMServeConfig, engines: int = 1) -> tuple[float, bool]:
+    """(gpu_memory_utilization, enforce_eager) for `engines` vLLM engines side by side on this machine: unless set,
+    0.9 of a GPU shared between them (each reserves its share up front), 0.2 of RAM each on a CPU; eager on a CPU
+    (compiling costs more than a check), CUDA graphs on a GPU."""
     import torch
-    from vllm import LLM
 
     on_gpu = torch.cuda.is_available()
+    memory = settings.memory_fraction or (round(0.9 / engines, 2) if on_gpu else 0.2)
+    return memory, (not on_gpu) if settings.enforce_eager is None else settings.enforce_eager
+
+
+def _start_engine(target: str, settings: VLLMServeConfig, speculative_config: Optional[dict], engines: int, **kwargs):
+    """One of `engines` vLLM engines for the target, with the drafter (speculative_config) or without it (None)."""
+    from vllm import LLM
+
+    memory, eager = engine_defaults(settings, engines)
     return LLM(
         model=target,
         seed=0,
         tensor_parallel_size=settings.tensor_parallel_size,
-        gpu_memory_utilization=settings.memory_fraction or (0.9 if on_gpu else 0.2),
-        enforce_eager=(not on_gpu) if settings.enforce_eager is None else settings.enforce_eager,
+        gpu_memory_utilization=memory,
+        enforce_eager=eager,
         speculative_config=speculative_config,
         disable_log_stats=False,  # the spec-decode counters are stats
         **kwargs,
@@ -121,7 +131,8 @@ def serve_and_decode(
         # placeholder tokens when the longest row nears the end, and counts them as drafts.
         max_model_len=max(map(len, prompts)) + max_new_tokens + 2 * speculative_config["num_speculative_tokens"] + 1,
     )
-    llm = _start_engine(target, settings, speculative_config, **engine_args)
+    engines = 2 if speed is not None and speed.vllm.speed_repeats > 0 else 1  # the second: without the drafter
+    llm = _start_engine(target, settings, speculative_config, engines, **engine_args)
     base = None
     try:
         params = SamplingParams(
@@ -134,7 +145,7 @@ def serve_and_decode(
         counters = _counters(llm.get_metrics())  # before the timed runs, which add to them
         timing = None
         if speed is not None and speed.vllm.speed_repeats > 0:
-            base = _start_engine(target, settings, None, **engine_args)
+            base = _start_engine(target, settings, None, engines, **engine_args)
             for request in requests[: speed.warmup_prompts]:  # untimed, as in our engine's eval
                 _timed(llm, request, params), _timed(base, request, params)
             timing = served_speed(

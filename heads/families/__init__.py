@@ -34,7 +34,7 @@ from heads.families import (
     suffix,
 )
 from heads.families.base import CATEGORIES, CONFIG, SIGNALS, SIZE_KEYS, ExportJob, Family, is_causal_lm
-from heads.formats.fingerprint import PROVENANCE_FILES
+from heads.formats.fingerprint import LOAD_PLOT_FILE, PROFILE_FILE, PROVENANCE_FILES
 
 __all__ = ["CATEGORIES", "FAMILIES", "SIGNALS", "ExportJob", "Family", "family_of_export", "get_family"]
 
@@ -131,21 +131,31 @@ def model_card(provenance: dict) -> str:
 
 
 def write_provenance(
-    export_dir: str | Path, provenance: dict, samples_text: Optional[str] = None, card: bool = True
+    export_dir: str | Path,
+    provenance: dict,
+    samples_text: Optional[str] = None,
+    card: bool = True,
+    load_plot: Optional[bytes] = None,
 ) -> None:
-    """Add drafthub.json, the model card (card=True) and the eval samples (given) to an export directory, atomically.
+    """Add drafthub.json, the model card (card=True), the eval samples (given), the acceptance profile (from the
+    report) and the card's serving-under-load plot (given) to an export directory, each file atomically.
 
     No serving engine reads them (heads.formats.fingerprint leaves them out of the served-files
     hash), so adding them keeps the directory the served check ran byte for byte."""
     root = Path(export_dir)
-    files = [(PROVENANCE_FILES[0], json.dumps(provenance, indent=2))]
+    files: list[tuple[str, str | bytes]] = [(PROVENANCE_FILES[0], json.dumps(provenance, indent=2))]
     if card:
         files.append((PROVENANCE_FILES[1], model_card(provenance)))
+    profile = (provenance.get("eval") or {}).get("speculation_profile")
+    if profile is not None:
+        files.insert(0, (PROFILE_FILE, json.dumps(profile, indent=2)))
+    if load_plot is not None:
+        files.insert(0, (LOAD_PLOT_FILE, load_plot))
     if samples_text is not None:
         files.insert(0, (PROVENANCE_FILES[2], samples_text))  # first: drafthub.json's report binds it
     for name, text in files:
         fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=root.parent)  # outside: a crash leaves no stray file inside
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the card from other users of a shared registry
         os.replace(tmp, root / name)

@@ -12,7 +12,10 @@ import hashlib
 from pathlib import Path
 
 SAMPLES_FILE = "eval_samples.jsonl"
-PROVENANCE_FILES = ("drafthub.json", "README.md", SAMPLES_FILE)
+PROFILE_FILE = "speculation_profile.json"  # the acceptance profile (eval/profile.py), from drafthub.json's report
+LOAD_PLOT_FILE = "serving_load.png"  # the card's serving-under-load plot, drawn from the same report
+# Written beside the served files, read by no engine; all derive from (and are bound by) drafthub.json's eval report
+PROVENANCE_FILES = ("drafthub.json", "README.md", SAMPLES_FILE, PROFILE_FILE, LOAD_PLOT_FILE)
 
 
 def served_files_hash(export_dir: str | Path) -> str:

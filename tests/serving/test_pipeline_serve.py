@@ -2,6 +2,7 @@
 those exact bytes."""
 
 import json
+import subprocess
 
 import pytest
 
@@ -12,7 +13,8 @@ from tests.test_cli import SMALL, run
 @pytest.mark.needs_vllm
 @pytest.mark.slow
 def test_pipeline_serves_the_export_it_then_publishes(tmp_path, micro_world):
-    r = run("train", *SMALL, "trainer.max_steps=30", "eval.serve=vllm", f"run_dir={tmp_path}/run")
+    load = ["eval.serve_load=[1,2]", "eval.vllm.load_requests=4", "eval.vllm.load_repeats=1"]  # under load too
+    r = run("train", *SMALL, "trainer.max_steps=30", "eval.serve=vllm", *load, f"run_dir={tmp_path}/run")
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = tmp_path / "run"
     report = json.loads((run_dir / "eval" / "eval_report.json").read_text())
@@ -42,6 +44,34 @@ def test_pipeline_serves_the_export_it_then_publishes(tmp_path, micro_world):
         json.loads((run_dir / "published.json").read_text())["stage_hash"]
         == json.loads((run_dir / "drafter" / "drafthub.json").read_text())["stage_hash"]
     )
+    _served_under_load(report, run_dir)
+
+
+def _served_under_load(report: dict, run_dir) -> None:
+    """`vllm serve` with and without the drafter, driven by `vllm bench serve`: the figures, where they are shown,
+    and no server left running."""
+    load = report["serving_load"]
+    assert load["server"] == "vllm serve (started by drafthub)" and load["concurrency"] == [1, 2]
+    assert load["speculative_config"]["method"] == "draft_model"
+    for level in load["levels"]:
+        with_, without = level["speculative"], level["no_speculation"]
+        assert with_["requests"] == without["requests"] == 4
+        assert with_["output_tokens"] == without["output_tokens"]  # greedy and lossless: the same answers
+        assert level["served_tau"] > 1 and len(level["served_per_position_acceptance"]) == 3
+        interval = level["throughput_speedup_interval"]
+        assert interval["low"] <= interval["high"] and level["pays"] == (
+            level["throughput_speedup"] > 1 and level["tpot_speedup"] > 1
+        )
+    assert load["break_even"]["verdict"]
+    assert "## Serving under load" in (run_dir / "eval" / "report.md").read_text()
+    card = (run_dir / "drafter" / "README.md").read_text()
+    assert "## Serving under load" in card and f"**Break-even: {load['break_even']['verdict']}.**" in card
+    plot = "serving_load.png"
+    assert (run_dir / "drafter" / plot).read_bytes() == (run_dir / "eval" / plot).read_bytes()
+    profile = json.loads((run_dir / "drafter" / "speculation_profile.json").read_text())
+    assert profile == report["speculation_profile"] and set(profile["served_by_concurrency"]) == {"1", "2"}
+    left = subprocess.run(["pgrep", "-f", "vllm.entrypoints.openai.api_server"], capture_output=True, text=True)
+    assert not left.stdout.strip(), "a vllm serve process outlived the run"
 
 
 @pytest.mark.needs_vllm

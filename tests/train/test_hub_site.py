@@ -18,6 +18,7 @@ from bs4 import BeautifulSoup
 from heads.ngram import NgramDrafter
 from tests.cli_runs import run_push
 from tests.conftest import REPO
+from tests.eval.load_results import LOAD
 from tests.train.publishing import SERVED, published_drafter, sweep_row
 from train.registry import site as hub_site
 from train.registry.hub_columns import COLUMNS, cells
@@ -36,8 +37,8 @@ def registry(tmp_path_factory, target, tokenizer):
     made = [
         (published_drafter(src / "a", target, tokenizer, served=SERVED, sweep=SWEEP), None),
         (published_drafter(src / "a2", target, tokenizer, tau=2.25, speedup=0.8), None),  # slower: warned
-        (published_drafter(src / "b", target, tokenizer, model_name="better", tau=3.1, served=SERVED | {"tau": 3.05}),
-         VERIFIED),
+        (published_drafter(src / "b", target, tokenizer, model_name="better", tau=3.1, served=SERVED | {"tau": 3.05},
+                           serving_load=LOAD), VERIFIED),
         (published_drafter(src / "n", target, tokenizer, model_name="lookup", tau=1.6, drafter=NgramDrafter(1, 3)),
          None),
         (published_drafter(src / "e", target, tokenizer, model_name=HOSTILE, tau=1.3), None),
@@ -140,7 +141,16 @@ def test_drafter_pages_show_figures_plots_served_check_snippets_provenance_files
         assert provenance["target"] == row["target"]
         card = soup.select_one("article.card")
         assert card.find("h1").get_text() == row["model_name"]  # the model card, rendered
-        assert card.find("img") is None and card.find("script") is None  # a name is text, never markup
+        load = soup.select_one("#serving-load").get_text(" ", strip=True)
+        if row["serving_load"]:  # the load sweep: its table and break-even, the plot on the page and in the card
+            assert f"Break-even: {LOAD['break_even']['verdict']}" in load and "| 4 |" not in load
+            assert [td.get_text() for td in soup.select("#serving-load tbody tr td:first-child")] == ["1", "4"]
+            (img,) = card.find_all("img")
+            assert (page.parent / img["src"]).resolve() == (registry / row["path"] / "serving_load.png").resolve()
+            assert (page.parent / soup.select_one("#serving-load ~ figure img")["src"]).stat().st_size > 0
+        else:
+            assert "No load sweep ran" in load and card.find("img") is None
+        assert card.find("script") is None  # a name is text, never markup
         assert bool(soup.select(".warn")) == bool(row["speed_warnings"])
 
 

@@ -60,6 +60,9 @@ def _refusals(tmp_path, target, tokenizer):
     prov = json.loads((d / "drafthub.json").read_text())
     _edit(d, rebind=True, export_sha256=served_files_hash(d))  # hashed after the damage: only the format check can
     cases.append(("format check", d, "does not pass its format checks"))
+    d = published_drafter(tmp_path / "profile", target, tokenizer)
+    (d / "speculation_profile.json").write_text(json.dumps({"schema_version": "1.0", "mean_accept_length": 6.5}))
+    cases.append(("edited profile", d, "speculation_profile.json is not the acceptance profile of its eval report"))
     # Forged figures: edited by hand (the digest breaks), or edited with the digest recomputed (the figures
     # contradict each other), or the samples behind the lossless claim edited.
     not_measured = "its eval figures are not the ones eval measured"

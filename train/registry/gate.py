@@ -23,7 +23,7 @@ from eval.claims import DIGEST, figures_digest, inconsistencies, samples_digest
 from eval.report import SAMPLES, read_samples
 from heads.card import speed_warnings
 from heads.families import get_family
-from heads.formats.fingerprint import served_files_hash
+from heads.formats.fingerprint import PROFILE_FILE, served_files_hash
 from train.config import PublishConfig
 
 DEFAULT_MIN_TAU = PublishConfig.min_tau  # the bar where a provenance names none
@@ -115,6 +115,16 @@ def check_report(report: Optional[dict], min_tau: float, name: str, samples_path
         )
 
 
+def _check_profile(report: dict, d: Path) -> None:
+    """speculation_profile.json, where present, must be the report's own (schedulers read the file, not the report)."""
+    file = d / PROFILE_FILE
+    if file.exists() and json.loads(file.read_text()) != report.get("speculation_profile"):
+        raise PublishError(
+            f"refusing to publish {d}: {PROFILE_FILE} is not the acceptance profile of its eval report (edited, or "
+            "left from another run); re-run the publish stage (or python -m eval record=true) to rewrite it"
+        )
+
+
 def gate(provenance: dict, drafter_dir: str | Path, min_tau: Optional[float] = None) -> dict:
     """Raise PublishError unless `drafter_dir`, described by `provenance`, may be published; return provenance.
 
@@ -136,6 +146,7 @@ def gate(provenance: dict, drafter_dir: str | Path, min_tau: Optional[float] = N
         else ((provenance.get("recipe") or {}).get("publish") or {}).get("min_tau", DEFAULT_MIN_TAU)
     )
     check_report(report, bar, str(d), d / SAMPLES)
+    _check_profile(report, d)
     if "kind" not in provenance:
         raise PublishError(f"refusing to publish {d}: drafthub.json names no drafter kind; re-run the publish stage")
     _check_format(d, provenance["kind"])

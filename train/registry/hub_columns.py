@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from heads.card import served_engine, served_tau_text, speedup_text
+from heads.load_card import break_even_short
 
 Sortable = Optional[Union[float, str]]
 
@@ -37,6 +38,11 @@ def _served_check(row: dict) -> str:
     return "–" if not served else f"{served['verdict']} ({served_engine(served)})"
 
 
+def _break_even_key(row: dict) -> Sortable:
+    load = row.get("serving_load")
+    return None if not load else float(load["break_even"]["concurrency"] or 0)
+
+
 def _re_measured(row: dict) -> str:
     v = row.get("verified")
     return "–" if not v else f"τ {v['tau']:.3f} on {v['prompts']} prompts ({v['device']})"
@@ -59,6 +65,8 @@ COLUMNS = (
     Column("training data", _training, lambda r: r.get("training_samples") or 0),
     Column("published", lambda r: r["published"][:10], lambda r: r["published"], numeric=False),
     Column("served check", _served_check),
+    # Up to how many concurrent requests the drafter still speeds up throughput and TPOT on `vllm serve`
+    Column("break-even load", lambda r: break_even_short(r.get("serving_load")), _break_even_key),
     Column("re-measured", _re_measured),
     Column("size", lambda r: f"{r['size_bytes'] / 1e6:.1f} MB", lambda r: r["size_bytes"]),
 )

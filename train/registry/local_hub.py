@@ -87,6 +87,8 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
             "verdict": served["verdict"],
             "speedup": served.get("speedup"),
         },
+        # the break-even concurrency of a load sweep (eval.serve_load), where one ran
+        "serving_load": None if not ev.get("serving_load") else {"break_even": ev["serving_load"]["break_even"]},
         "parameters": _parameters(dest),
         "training_samples": (prov.get("training_data") or {}).get("samples"),  # None: nothing was trained
         "size_bytes": sum(f["bytes"] for f in files),

@@ -62,6 +62,10 @@ def check_run(cfg: RunConfig) -> None:
         raise PipelineError(f"eval.serve={cfg.eval.serve}: {missing_reason(cfg.eval.serve)}, or set eval.serve=null")
     if cfg.eval.serve and family.not_served(cfg.eval.serve):
         raise PipelineError(f"eval.serve={cfg.eval.serve}: {family.not_served(cfg.eval.serve)}; set eval.serve=null")
+    if cfg.eval.serve_load and not cfg.dry_run and missing_reason("vllm"):  # vllm serve + vllm bench serve
+        raise PipelineError(f"eval.serve_load: {missing_reason('vllm')}, or set eval.serve_load=[]")
+    if cfg.eval.serve_load and cfg.eval.serve_url is None and family.not_served("vllm"):
+        raise PipelineError(f"eval.serve_load: {family.not_served('vllm')}; set eval.serve_load=[]")
     for engine in cfg.publish.engines:
         if family.not_served(engine):
             raise PipelineError(f"publish.engines has {engine}: {family.not_served(engine)}; leave it out")

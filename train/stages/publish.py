@@ -12,7 +12,7 @@ from distill.shards import load_distilled
 from distill.target import load_tokenizer, resolve_target
 from eval.report import SAMPLES, read_samples
 from heads.families import get_family, write_provenance
-from heads.formats.fingerprint import served_files_hash
+from heads.formats.fingerprint import LOAD_PLOT_FILE, served_files_hash
 from heads.formats.staging import atomic_write_text
 from train.eval_prompts import check_disjoint
 from train.registry.claim_check import verify_claim
@@ -65,7 +65,9 @@ def publish_stage(run: Run) -> dict:
     dataset = load_distilled(paths.data) if read_json(paths.data / "manifest.json") else None
     check_disjoint(report, read_samples(samples), dataset)  # measured prompts never trained on, proven from files
     prov = gate(provenance(run, report), paths.drafter, cfg.publish.min_tau)  # stale export, format checks
-    write_provenance(paths.drafter, prov, samples.read_text())  # the evidence travels with the drafter
+    plot = paths.eval / LOAD_PLOT_FILE  # the card's serving-under-load plot, where eval.serve_load ran
+    load_plot = plot.read_bytes() if report.get("serving_load") and plot.exists() else None
+    write_provenance(paths.drafter, prov, samples.read_text(), load_plot=load_plot)  # the evidence travels along
     record = {"stage_hash": run.stage_hash, "registry": None, "hub": None, "verified": None}
     if cfg.publish.verify_prompts and (cfg.publish.hub_dir or cfg.publish.repo_id):
         record["verified"] = verify_claim(paths.drafter, prov, cfg.publish.verify_prompts, str(run.device))

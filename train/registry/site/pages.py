@@ -16,9 +16,10 @@ from typing import Optional
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from eval.report import plot_acceptance, plot_sweep
+from eval.report import plot_acceptance, plot_load, plot_sweep
 from heads.card import training_line
 from heads.families import CATEGORIES, usage_text
+from heads.load_card import LOAD_PLOT, load_section
 from train.bakeoff import recommend
 from train.registry.hub_columns import COLUMNS, cells
 
@@ -166,6 +167,7 @@ def _drafter_page(hub: Path, row: dict, entry: dict, build: Path, previous: Opti
     prov = json.loads((version / "drafthub.json").read_text())
     ev = prov.get("eval") or {}
     card = (version / "README.md").read_text() if (version / "README.md").is_file() else ""
+    card = card.replace(f"]({LOAD_PLOT})", f"](../../../{row['path']}/{LOAD_PLOT})")  # the card's plot, from the page
     meta = FRONT_MATTER.match(card)
     target = prov["target"].get("resolved") or prov["target"]["name_or_path"]
     return {
@@ -175,6 +177,7 @@ def _drafter_page(hub: Path, row: dict, entry: dict, build: Path, previous: Opti
         "plots": _plots(ev, build, previous),
         "settings": ev.get("settings") or {},
         "served": ev.get("served"),
+        "serving_load_html": markdown_html(load_section(ev.get("serving_load"), plot=False, heading="###")),
         "usage_html": markdown_html(USE_IT.sub("", usage_text(prov, target=target, export_dir=str(version.resolve())))),
         "provenance": _provenance(prov),
         "recipe": None if not prov.get("recipe") else json.dumps(prov["recipe"], indent=2),
@@ -203,10 +206,11 @@ def _provenance(prov: dict) -> list[tuple[str, str]]:
 
 def _plots(ev: dict, build: Path, previous: Optional[Path]) -> dict[str, Optional[str]]:
     """The acceptance and γ-sweep plots eval draws, named by their data (a later build copies, never redraws)."""
-    out: dict[str, Optional[str]] = {"acceptance": None, "gamma_sweep": None}
+    out: dict[str, Optional[str]] = {"acceptance": None, "gamma_sweep": None, "serving_load": None}
     for name, data, draw in (
         ("acceptance", ev.get("per_position_acceptance"), plot_acceptance),
         ("gamma_sweep", ev.get("gamma_sweep"), plot_sweep),
+        ("serving_load", ev.get("serving_load"), plot_load),
     ):
         if not data:
             continue

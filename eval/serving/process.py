@@ -1,0 +1,85 @@
+"""A serving engine's server as a child process: started on a free loopback port, waited for until healthy, and
+always stopped with every process it spawned (vLLM's API server forks engine processes), on success, failure and
+Ctrl-C alike."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from eval.errors import EvalError
+
+STOP_GRACE_S = 20  # SIGTERM first (vLLM frees its engine), SIGKILL after this
+
+
+def free_port() -> int:
+    """A loopback port no one listens on now (the server binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 10.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the server's whole process group: the server and the workers it forked."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # workers left behind by a server that exited by itself
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+@contextmanager
+def running_server(
+    argv: Callable[[int], list[str]],
+    *,
+    name: str,
+    healthy: Callable[[str], bool],
+    log: Path,
+    timeout_s: float,
+    env: dict | None = None,
+) -> Iterator[str]:
+    """The base URL of a server started by argv(port), ready (healthy(url) true); stopped on leaving the block.
+
+    A server that exits while starting is reported with the last lines of its log; one that does not become
+    healthy within timeout_s is stopped and reported."""
+    port = free_port()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            argv(port), stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env or os.environ.copy()
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+                raise EvalError(f"{name} exited ({proc.returncode}) while starting: {tail} (log: {log})")
+            try:
+                if healthy(url):
+                    break
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise EvalError(f"{name} did not become ready in {timeout_s:.0f} s (log: {log})")
+            time.sleep(0.5)
+        yield url
+    finally:
+        _stop(proc)

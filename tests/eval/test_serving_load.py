@@ -1,0 +1,264 @@
+"""Serving under load without a server: the figures from the load generator's results, the break-even concurrency,
+the settings refused before anything starts, the prompts as sent, server processes always stopped, the external
+servers path, and where the figures are shown (report, card, registry column, bake-off verdict, profile)."""
+
+import json
+import sys
+import textwrap
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from eval.config import EvalConfig, VLLMServeConfig
+from eval.errors import EvalError
+from eval.profile import conditional_rates, speculation_profile
+from eval.run import check_settings
+from eval.serving import load, process
+from eval.serving.load_figures import break_even, level_figures
+from eval.serving.process import free_port, running_server
+from eval.serving.vllm import missing_reason as vllm_missing
+from heads.card import render_model_card
+from heads.load_card import break_even_short, load_section
+from tests.eval.load_results import BASE, LOAD, SPEC
+from train.bakeoff import recommend
+from train.registry.hub_columns import COLUMNS
+
+
+def test_a_level_gives_both_sides_the_speedups_and_the_served_acceptance():
+    level = level_figures(4, [SPEC], [BASE])
+    assert (
+        level["speculative"]["output_tokens_per_second"] == 22.0
+        and level["no_speculation"]["output_tokens_per_second"] == 11.0
+    )
+    assert level["throughput_speedup"] == 2.0
+    # TPOT = (latency − TTFT) ÷ (tokens − 1): 50 and 100 ms with, 100 and 200 ms without; medians 75 and 150 ms
+    assert level["speculative"]["tpot_ms"]["median"] == pytest.approx(75.0)
+    assert level["no_speculation"]["tpot_ms"]["median"] == pytest.approx(150.0)
+    assert level["tpot_speedup"] == pytest.approx(2.0) and level["pays"]
+    lo, hi = level["tpot_speedup_interval"]["low"], level["tpot_speedup_interval"]["high"]
+    assert lo <= 2.0 <= hi
+    assert level["served_tau"] == 2.5 and level["served_per_position_acceptance"] == [0.75, 0.5, 0.25]
+
+
+def test_served_acceptance_adds_the_counters_of_every_repeat():
+    other = {**SPEC, "spec_decode_num_drafts": 12, "spec_decode_accepted_tokens": 6,
+             "spec_decode_per_position_acceptance_rates": [0.25, 0.25, 0.0]}  # fmt: skip
+    level = level_figures(1, [SPEC, other], [BASE, BASE])
+    assert level["served_tau"] == 1 + 12 / 16
+    assert level["served_per_position_acceptance"] == pytest.approx([(3 + 3) / 16, (2 + 3) / 16, 1 / 16])
+
+
+def _level(c: int, pays: bool) -> dict:
+    interval = {"low": 0.9, "high": 1.3, "level": 0.95}
+    return {"concurrency": c, "pays": pays, "throughput_speedup": 1.1, "throughput_speedup_interval": interval,
+            "tpot_speedup": 1.2, "tpot_speedup_interval": interval}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "pays, concurrency, between, verdict",
+    [
+        ([True, True, False], 4, [4, 16], "pays up to 4 concurrent requests, not at 16"),
+        ([True, True, True], 16, [16, None], "pays at every measured load (up to 16 concurrent requests)"),
+        ([False, True, True], None, [0, 1], "never pays: slower already at 1 concurrent request(s)"),
+        ([True, False, True], 1, [1, 4], "pays up to 1 concurrent requests, not at 4"),  # not past a level that lost
+    ],
+)
+def test_break_even_is_the_highest_load_up_to_which_every_level_pays(pays, concurrency, between, verdict):
+    be = break_even([_level(c, p) for c, p in zip([1, 4, 16], pays)])
+    assert (be["concurrency"], be["between"], be["verdict"]) == (concurrency, between, verdict)
+    assert break_even_short({"break_even": be}) == {4: "≤ 4", 16: "all (≤ 16)", None: "never", 1: "≤ 1"}[concurrency]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(serve_load=[4, 1]), "rising order"),
+        (dict(serve_load=[0, 4]), "levels ≥ 1"),
+        (dict(serve_load=[1], serve_url="http://h:8000"), "go together"),
+        (dict(serve_load=[1], serve_url="h:8000", baseline_url="h:8001"), "base URLs such as http://host:8000"),
+        (dict(serve_url="http://h:8000", baseline_url="http://h:8001"), "also set eval.serve_load"),
+        (dict(serve_load=[1], vllm=VLLMServeConfig(load_repeats=0)), "load_repeats must be ≥ 1"),
+    ],
+)
+def test_load_settings_are_refused_in_one_line_before_anything_runs(change, message):
+    with pytest.raises(EvalError, match=message) as e:
+        check_settings(replace(EvalConfig(), **change))
+    assert "\n" not in str(e.value)
+
+
+def test_prompts_are_sent_as_templated_text_without_a_second_bos(standin):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(standin("llama3").path)
+    ids = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=True,
+                                  return_dict=True)["input_ids"]  # fmt: skip
+    assert ids[0] == tok.bos_token_id
+    (text,) = load.prompt_texts(tok, [ids])
+    assert tok(text).input_ids == ids  # the server's own tokenization adds the BOS back: once
+    qwen = AutoTokenizer.from_pretrained(standin("qwen3").path)  # no BOS: the text is the ids as they are
+    ids = qwen.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=True,
+                                   return_dict=True)["input_ids"]  # fmt: skip
+    assert qwen(load.prompt_texts(qwen, [ids])[0]).input_ids == ids
+
+
+FORKING_SERVER = textwrap.dedent(
+    """
+    import http.server, os, sys, time
+    if os.fork() == 0:  # a worker, as vLLM's API server forks its engine
+        time.sleep(600)
+        sys.exit()
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if sys.argv[2] == "healthy" else 503)
+            self.end_headers()
+        def log_message(self, *a):
+            pass
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+    """
+)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group pgid still runs (a zombie waiting to be reaped does not)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _server(tmp_path, mode: str, timeout_s: float = 30):
+    script = tmp_path / "server.py"
+    script.write_text(FORKING_SERVER)
+    return running_server(
+        lambda port: [sys.executable, str(script), str(port), mode],
+        name="test server",
+        healthy=load._healthy,
+        log=tmp_path / "server.log",
+        timeout_s=timeout_s,
+    )
+
+
+def _port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
+
+
+def test_a_server_and_its_workers_are_stopped_on_success_failure_and_ctrl_c(tmp_path, monkeypatch):
+    groups = []
+    real_popen = process.subprocess.Popen
+
+    def recording_popen(*args, **kwargs):
+        proc = real_popen(*args, **kwargs)
+        groups.append(proc.pid)  # start_new_session: the server's pid is its process group
+        return proc
+
+    monkeypatch.setattr(process.subprocess, "Popen", recording_popen)
+    with _server(tmp_path, "healthy") as url:
+        assert url.startswith("http://127.0.0.1:") and _group_alive(groups[-1])
+    for raised in (RuntimeError("a failed sweep"), KeyboardInterrupt()):
+        with pytest.raises(type(raised)):
+            with _server(tmp_path, "healthy"):
+                raise raised
+    with pytest.raises(EvalError, match="did not become ready in 2 s"):
+        with _server(tmp_path, "unhealthy", timeout_s=2):
+            pass
+    time.sleep(0.2)
+    assert len(groups) == 4 and not any(_group_alive(g) for g in groups)  # the forked workers too
+
+
+def test_a_server_that_exits_while_starting_is_one_line_naming_its_log(tmp_path):
+    with pytest.raises(EvalError, match=r"exited \(3\) while starting: no model here \(log: .*bad.log\)"):
+        with running_server(
+            lambda port: [sys.executable, "-c", "import sys; print('no model here'); sys.exit(3)"],
+            name="vllm serve (speculative)", healthy=load._healthy, log=tmp_path / "bad.log", timeout_s=30,
+        ):  # fmt: skip
+            pass
+
+
+@pytest.mark.skipif(vllm_missing() is not None, reason=f"{vllm_missing()} — CI installs it and runs this for real")
+def test_external_servers_are_measured_as_they_are_and_nothing_is_started(tmp_path, monkeypatch, micro_world):
+    swept = {}
+
+    def fake_sweep(spec_url, base_url, tokenizer_name, texts, cfg, trust):
+        swept.update(spec=spec_url, base=base_url, tokenizer=tokenizer_name, prompts=len(texts))
+        return {"levels": [], "break_even": {}}
+
+    monkeypatch.setattr(load, "sweep", fake_sweep)
+    monkeypatch.setattr(load, "running_server", lambda *a, **k: pytest.fail("started a server for an external URL"))
+    spec, base = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"  # nobody listens: not started
+    cfg = EvalConfig(serve_load=[1, 4], serve_url=spec + "/", baseline_url=base)
+    out = load.load_check(str(micro_world.target_dir), tmp_path / "no-export-needed", [[1, 2, 3]], cfg, dtype="float32")
+    assert swept == {"spec": spec, "base": base, "tokenizer": str(micro_world.target_dir), "prompts": 1}
+    assert out["server"] == "external" and out["speculative_config"] is None and out["concurrency"] == [1, 4]
+    assert out["engine_version"] == "unknown"  # the deployed server's /version, where it answers
+
+
+def test_a_missing_vllm_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(load.vllm, "missing_reason", lambda: "vLLM is not installed; pip install 'drafthub[vllm]'")
+    with pytest.raises(EvalError, match=r"^eval.serve_load: vLLM is not installed; pip install"):
+        load.load_check("t", tmp_path, [[1]], EvalConfig(serve_load=[1]), dtype="float32")
+
+
+def test_the_load_section_names_the_break_even_and_every_level():
+    text = load_section(LOAD)
+    assert "**Break-even: pays up to 1 concurrent requests, not at 4.**" in text
+    assert "| 1 | 22.0 / 11.0 | 2.00× (" in text and "| 4 | 11.0 / 22.0 | 0.50× (" in text
+    assert "`vllm bench serve 0.32.0`" in text and "![throughput vs per-request speed" in text
+    assert "serving_load.png" not in load_section(LOAD, plot=False)
+
+
+def test_the_card_the_registry_and_the_bakeoff_show_the_break_even():
+    provenance = {
+        "kind": "draft_lm",
+        "model_name": "d",
+        "target": {"name_or_path": "t"},
+        "eval": {"serving_load": LOAD},
+    }
+    card = render_model_card(provenance, library="transformers", usage="", details="", gamma=3)
+    assert "## Serving under load" in card and "pays up to 1 concurrent requests, not at 4" in card
+    (column,) = [c for c in COLUMNS if c.name == "break-even load"]
+    assert column.text({"serving_load": {"break_even": LOAD["break_even"]}}) == "≤ 1"
+    assert column.text({}) == "–" and column.key({}) is None
+    row = {"recipe": "r", "kind": "draft_lm", "lossless": True, "served_verdict": "ok", "speedup": 1.5, "tau": 3.0}
+    assert (
+        "served under load it pays up to 1 concurrent requests, not at 4"
+        in recommend([{**row, "break_even": LOAD["break_even"]}])["reason"]
+    )
+    assert "measured one request at a time (eval.serve_load" in recommend([row])["reason"]
+
+
+def _report(per_position: list[float], sweep: list[dict], tree=None) -> dict:
+    return {
+        "kind": "eagle3", "export_sha256": "e" * 64, "target": "meta-llama/Llama-3.1-8B-Instruct",
+        "per_position_acceptance": per_position, "gamma_sweep": sweep, "categories": {},
+        "settings": {"num_speculative_tokens": len(per_position), "tree": tree, "num_prompts": 2,
+                     "max_new_tokens": 8, "temperature": 0.0},
+        "timing": {"device_name": "CPU"}, "serving_load": LOAD,
+    }  # fmt: skip
+
+
+def test_the_profile_has_the_modelopt_shape_and_both_acceptance_vectors():
+    sweep = [{"num_speculative_tokens": 2, "per_position_acceptance": [0.8, 0.6]},
+             {"num_speculative_tokens": 3, "per_position_acceptance": [0.8, 0.6, 0.3]}]  # fmt: skip
+    profile = speculation_profile(_report([0.8, 0.6, 0.3], sweep), [[1, 2], [3]])
+    assert profile["schema_version"] == "1.0" and profile["measured"] is True
+    assert profile["marginal_accept_rates"] == [0.8, 0.6, 0.3]
+    assert profile["conditional_accept_rates"] == pytest.approx([0.8, 0.75, 0.5])
+    assert profile["mean_accept_length"] == pytest.approx(2.7)
+    assert profile["accept_length_by_k"] == {"2": 2.4, "3": 2.7}
+    assert (
+        profile["validation"]["mean_consistency"]["passed"] and profile["validation"]["marginal_monotonicity"]["passed"]
+    )
+    assert profile["num_speculative_tokens"] == 3 and profile["verification_method"] == "longest_prefix"
+    other = speculation_profile(_report([0.8, 0.6, 0.3], sweep), [[1, 2], [4]])
+    assert other["measurement_conditions"]["prompts_sha256"] != profile["measurement_conditions"]["prompts_sha256"]
+    assert profile["served_by_concurrency"]["4"]["mean_accept_length"] == LOAD["levels"][1]["served_tau"]
+    json.dumps(profile)  # it is a file: plain JSON
+    tree = speculation_profile(_report([0.9, 0.5], [], tree=[3, 2]), [[1]])
+    assert tree["marginal_accept_rates"] is None and "tree" in tree["vectors_unavailable_reason"]
+    assert conditional_rates([0.5, 0.0, 0.0]) == [0.5, 0.0, 0.0]
