@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,25 +36,28 @@ def ngram_export(out: Path) -> Path:
     return out / "drafter"
 
 
-def measure(drafter: Path, args) -> dict:
-    """One `python -m eval` with the offline served check (speed) and the load sweep; the figures the goal needs."""
-    with tempfile.TemporaryDirectory() as out:
-        argv = [sys.executable, "-m", "eval", f"drafter_dir={drafter}", f"prompts={args.prompts}", f"out_dir={out}"]
-        argv += ["serve=vllm", f"eval.num_prompts={args.num_prompts}", f"eval.max_new_tokens={args.max_new_tokens}"]
-        argv += ["eval.gamma_sweep=[]", f"eval.vllm.speed_repeats={args.repeats}"]
-        argv += [f"eval.serve_load=[{','.join(map(str, args.levels))}]", f"eval.vllm.load_repeats={args.repeats}"]
-        argv += [f"target_path={args.target}"] if args.target else []
-        t0 = time.perf_counter()
-        done = subprocess.run(argv, capture_output=True, text=True)
-        report_file = Path(out) / "eval_report.json"
-        if not report_file.is_file():
-            raise SystemExit(f"python -m eval failed on {drafter}: {done.stderr.strip()[-800:]}")
-        report = json.loads(report_file.read_text())
+def measure(source: Path, args, label: str) -> dict:
+    """One `python -m eval` with the offline served check (speed) and the load sweep on a copy of the drafter, its
+    report recorded there (record=true: publishable as measured); the figures the goal needs."""
+    drafter, out = args.out / label / "drafter", args.out / label / "eval"
+    shutil.copytree(source, drafter)
+    argv = [sys.executable, "-m", "eval", f"drafter_dir={drafter}", f"prompts={args.prompts}", f"out_dir={out}"]
+    argv += ["serve=vllm", f"eval.num_prompts={args.num_prompts}", f"eval.max_new_tokens={args.max_new_tokens}"]
+    argv += ["eval.gamma_sweep=[]", f"eval.vllm.speed_repeats={args.repeats}"]
+    argv += [f"eval.serve_load=[{','.join(map(str, args.levels))}]", f"eval.vllm.load_repeats={args.repeats}"]
+    argv += [f"target_path={args.target}"] if args.target else []
+    argv += ["record=true"]
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True)
+    report_file = Path(out) / "eval_report.json"
+    if not report_file.is_file():
+        raise SystemExit(f"python -m eval failed on {drafter}: {done.stderr.strip()[-800:]}")
+    report = json.loads(report_file.read_text())
     sv, load = report["served"], report["serving_load"]
     c1 = next((lv for lv in load["levels"] if lv["concurrency"] == 1), None)
     gap = None if c1 is None else abs(c1["throughput_speedup"] - sv["speedup"]) / sv["speedup"]
     return {
-        "drafter": str(drafter),
+        "drafter": str(source),
         "kind": report["kind"],
         "ours_tau": round(report["tau"], 4),
         "offline_served_speedup": round(sv["speedup"], 4),
@@ -67,6 +71,11 @@ def measure(drafter: Path, args) -> dict:
         "sweep_seconds": load["seconds"],
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+def _kind(drafter: Path) -> str:
+    prov = drafter / "drafthub.json"
+    return json.loads(prov.read_text()).get("kind", "drafter") if prov.exists() else "drafter"
 
 
 def _level(lv: dict) -> dict:
@@ -96,13 +105,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="interleaved repeats, offline and under load")
     parser.add_argument("--num-prompts", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--out", type=Path, required=True, help="a new directory: each drafter's copy and report")
     args = parser.parse_args()
     t0 = time.perf_counter()
+    if args.out.exists():
+        raise SystemExit(f"--out {args.out} exists; give a new directory (nothing measured is overwritten)")
     with tempfile.TemporaryDirectory() as tmp:
         drafters = [*args.drafter, *([ngram_export(Path(tmp) / "ngram")] if args.ngram else [])]
         if not drafters:
             raise SystemExit("give at least one --drafter or --ngram")
-        results = [measure(d, args) for d in drafters]
+        results = [measure(d, args, f"{i}-{_kind(d)}") for i, d in enumerate(drafters)]
     print(json.dumps({"drafters": results, "levels": args.levels, "wall_seconds": round(time.perf_counter() - t0, 1)}))
 
 

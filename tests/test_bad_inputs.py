@@ -73,6 +73,8 @@ CASES = [
     ("shard size 0", "train", [*TRAIN, "data.shard_size=0"], "data.shard_size=0 must be at least 1"),
     ("eval prompt count 0", "train", [*TRAIN, "eval.num_prompts=0"], "eval.num_prompts=0 and eval.max_new_tokens"),
     ("γ 0 in the sweep", "train", [*TRAIN, "eval.gamma_sweep=[0,2]"], "every eval.gamma_sweep value must be ≥ 1"),
+    ("load levels unsorted", "train", [*TRAIN, "eval.serve_load=[16,4]"], "must list concurrency levels ≥ 1 in rising"),
+    ("server URL alone", "train", [*TRAIN, "eval.serve_load=[1]", "eval.serve_url=http://h:8000"], "go together"),
     ("unknown overlong policy", "train", [*TRAIN, "eval.overlong_prompts=cut"], "eval.overlong_prompts='cut'; use"),
     ("unknown dtype", "train", [*TRAIN, "trainer.mixed_precision=fp8"], "trainer.mixed_precision='fp8'; use one of"),
     ("cut share over 1", "train", [*TRAIN, "trainer.max_cut_share=2"], "trainer.max_cut_share=2.0 is a share"),

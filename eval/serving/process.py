@@ -1,6 +1,6 @@
 """A serving engine's server as a child process: started on a free loopback port, waited for until healthy, and
-always stopped with every process it spawned (vLLM's API server forks engine processes), on success, failure and
-Ctrl-C alike."""
+always stopped with every process it spawned (vLLM's API server forks engine processes), on success, failure,
+Ctrl-C and SIGTERM alike."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -47,6 +48,24 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While a server runs, SIGTERM (a scheduler's stop, `kill`) unwinds this process like Ctrl-C, so the server is
+    stopped on the way out instead of left running in its own session. Only where no handler is set already."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def unwind(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextmanager
 def running_server(
     argv: Callable[[int], list[str]],
     *,
@@ -60,6 +79,12 @@ def running_server(
 
     A server that exits while starting is reported with the last lines of its log; one that does not become
     healthy within timeout_s is stopped and reported."""
+    with _sigterm_unwinds(), _started(argv, name=name, healthy=healthy, log=log, timeout_s=timeout_s, env=env) as url:
+        yield url
+
+
+@contextmanager
+def _started(argv, *, name, healthy, log, timeout_s, env) -> Iterator[str]:
     port = free_port()
     with open(log, "w") as out:
         proc = subprocess.Popen(

@@ -106,6 +106,8 @@ def test_prompts_are_sent_as_templated_text_without_a_second_bos(standin):
 FORKING_SERVER = textwrap.dedent(
     """
     import http.server, os, sys, time
+    if len(sys.argv) > 3:
+        open(sys.argv[3], "w").write(str(os.getpid()))  # its process group, for the test to look up
     if os.fork() == 0:  # a worker, as vLLM's API server forks its engine
         time.sleep(600)
         sys.exit()
@@ -169,6 +171,36 @@ def test_a_server_and_its_workers_are_stopped_on_success_failure_and_ctrl_c(tmp_
             pass
     time.sleep(0.2)
     assert len(groups) == 4 and not any(_group_alive(g) for g in groups)  # the forked workers too
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from eval.serving.process import http_get, running_server
+    script, pid_file, log = sys.argv[1:4]
+    argv = lambda port: [sys.executable, script, str(port), "healthy", pid_file]
+    with running_server(argv, name="s", healthy=lambda url: http_get(url) is not None, log=Path(log), timeout_s=30):
+        print("ready", flush=True)
+        time.sleep(600)
+    """
+)
+
+
+def test_sigterm_to_the_measuring_process_stops_its_server_too(tmp_path):
+    import subprocess
+
+    (tmp_path / "server.py").write_text(FORKING_SERVER)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path / "server.py"), str(tmp_path / "pid"), str(tmp_path / "log")],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert holder.stdout.readline().strip() == "ready"
+    group = int((tmp_path / "pid").read_text())
+    assert _group_alive(group)
+    holder.terminate()  # SIGTERM, as a scheduler stops a job
+    assert holder.wait(timeout=60) == 128 + 15
+    assert not _group_alive(group)
 
 
 def test_a_server_that_exits_while_starting_is_one_line_naming_its_log(tmp_path):
