@@ -53,6 +53,8 @@ def contender_config(name: str, shared: DictConfig, run_dir: Path, serve, publis
         cfg[key] = shared[key]
     family = get_family(cfg.drafter.kind)
     cfg.eval.serve = serve if serve and not family.not_served(serve) else None  # e.g. lookahead: no vLLM method
+    if cfg.eval.serve_url is None and family.not_served("vllm"):
+        cfg.eval.serve_load = []  # no load sweep where vLLM cannot serve the family (its row says why)
     for key in SHARED_PUBLISH:
         cfg.publish[key] = shared.publish[key]
     cfg.run_dir, cfg.stages = str(run_dir), ["train", "eval", *(["publish"] if publish else [])]

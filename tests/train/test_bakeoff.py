@@ -241,3 +241,20 @@ def test_every_chat_bakeoff_contender_fits_the_chat_target(tmp_path):
         if run.drafter.kind in ("draft_lm", "pard"):  # pretrained, as real draft models are
             assert run.drafter.init == "toyworld:chat/draft"
     assert {"eagle3", "peagle", "dflash", "dspark", "dflash2", "draft_lm", "pard"} <= checked
+
+
+def test_a_load_sweep_runs_only_for_contenders_vllm_serves(tmp_path):
+    """eval.serve_load for the whole bake-off: lookahead (no vLLM method) is not started on `vllm serve`, the draft LM
+    and prompt lookup are."""
+    from heads.families import get_family
+    from train.bakeoff import contender_config
+
+    register_configs()
+    with initialize_config_module(config_module="conf", version_base=None):
+        shared = compose("config", overrides=["recipe=toy_bakeoff", "eval.serve_load=[1,4,16]"])
+        loads = {
+            n: list(contender_config(n, shared, tmp_path / n, serve=None).eval.serve_load)
+            for n in ("toy", "toy_ngram", "toy_lookahead")
+        }
+    assert get_family("lookahead").not_served("vllm")
+    assert loads == {"toy": [1, 4, 16], "toy_ngram": [1, 4, 16], "toy_lookahead": []}
