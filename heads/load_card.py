@@ -41,19 +41,19 @@ def load_table(load: dict) -> str:
             f"| {s['ttft_ms']['median']:.0f} / {b['ttft_ms']['median']:.0f} | {tau} | {'yes' if lv['pays'] else 'no'} |"
         )
     return (
-        "| concurrent requests | output tokens/s with / without | throughput speed-up (95% interval) "
-        "| TPOT ms median (p90) with / without | TPOT speed-up (95% interval) | TTFT ms median with / without "
-        "| served τ | pays |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(rows)
+        "| concurrency | tokens/s with / without | throughput speed-up (95%) | TPOT ms, median (p90), with / without "
+        "| TPOT speed-up (95%) | TTFT ms with / without | served τ | pays |\n|---|---|---|---|---|---|---|---|\n"
+        + "\n".join(rows)
     )
 
 
-def load_section(load: dict | None, *, plot: bool = True, heading: str = "##") -> str:
-    """The whole section: what was measured, the table, the break-even concurrency, the plot."""
+def load_section(load: dict | None, *, plot: bool = True, heading: bool = True) -> str:
+    """The whole section: what was measured, the table, the break-even concurrency, the plot (heading: its own
+    "## Serving under load" title; a page that titles it itself leaves it out)."""
     if not load:
         return ""
     where = "a server already deployed" if load["server"] == "external" else "`vllm serve` started by drafthub"
-    text = (
-        f"\n{heading} Serving under load\n\n"
+    text = ("\n## Serving under load\n\n" if heading else "\n") + (
         f"vLLM {load['engine_version']} ({where}), γ = {load['num_speculative_tokens']}, "
         f"driven by `{load['load_generator']}` at each concurrency (closed loop, {load['prompts']} held-out prompts, "
         f"{load['max_new_tokens']} new tokens each, temperature {load['temperature']}), with and without the "

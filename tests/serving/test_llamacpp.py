@@ -53,7 +53,7 @@ def test_only_gpt2_byte_level_pre_tokenization_is_declared(tmp_path, micro_world
 
 
 def test_counters_are_read_from_llama_server_metrics(monkeypatch):
-    monkeypatch.setattr(served_llamacpp, "_get", lambda url, timeout=10.0: METRICS.encode())
+    monkeypatch.setattr(served_llamacpp, "http_get", lambda url, timeout=10.0: METRICS.encode())
     assert served_llamacpp.counters("http://x") == (10, 12, [7, 4, 1], 30)
 
 

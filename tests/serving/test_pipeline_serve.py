@@ -57,7 +57,9 @@ def _served_under_load(report: dict, run_dir) -> None:
         with_, without = level["speculative"], level["no_speculation"]
         assert with_["requests"] == without["requests"] == 4
         assert with_["output_tokens"] == without["output_tokens"]  # greedy and lossless: the same answers
-        assert level["served_tau"] > 1 and len(level["served_per_position_acceptance"]) == 3
+        assert (
+            level["served_tau"] > 1 and len(level["served_per_position_acceptance"]) == load["num_speculative_tokens"]
+        )
         interval = level["throughput_speedup_interval"]
         assert interval["low"] <= interval["high"] and level["pays"] == (
             level["throughput_speedup"] > 1 and level["tpot_speedup"] > 1

@@ -177,7 +177,7 @@ def _drafter_page(hub: Path, row: dict, entry: dict, build: Path, previous: Opti
         "plots": _plots(ev, build, previous),
         "settings": ev.get("settings") or {},
         "served": ev.get("served"),
-        "serving_load_html": markdown_html(load_section(ev.get("serving_load"), plot=False, heading="###")),
+        "serving_load_html": markdown_html(load_section(ev.get("serving_load"), plot=False, heading=False)),
         "usage_html": markdown_html(USE_IT.sub("", usage_text(prov, target=target, export_dir=str(version.resolve())))),
         "provenance": _provenance(prov),
         "recipe": None if not prov.get("recipe") else json.dumps(prov["recipe"], indent=2),
