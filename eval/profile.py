@@ -67,9 +67,9 @@ def speculation_profile(report: dict, prompts: list[list[int]]) -> dict:
         "schema_version": SCHEMA_VERSION,
         "measured": True,
         "producer": "drafthub eval",
-        "method": report["kind"],
-        "draft_checkpoint": {"export_sha256": report["export_sha256"]},
-        "target_model": {"name_or_path": report["target"]},
+        "method": report.get("kind"),  # evaluate() called directly may name no export (a drafter in memory)
+        "draft_checkpoint": {"export_sha256": report.get("export_sha256")},
+        "target_model": {"name_or_path": report.get("target")},
         "num_speculative_tokens": None if tree else gamma,
         "block_size": None,
         "max_supported_k": None if tree else gamma,
