@@ -341,6 +341,7 @@ def test_the_registry_re_measures_a_claim_and_refuses_one_it_cannot_reproduce(
     figures, _ = consistent_report(claimed["export_sha256"], tau=2.9, gamma=2, samples=samples)
     prov = json.loads((forged / "drafthub.json").read_text())
     (forged / "drafthub.json").write_text(json.dumps({**prov, "eval": figures}))
+    (forged / "speculation_profile.json").unlink()  # the honest report's profile would give the forgery away
     check_publishable(forged)  # the figures alone pass: only re-measuring catches it
     with pytest.raises(PublishError, match=r"re-measured τ [\d.]+ on 3 of its eval prompts disagrees with the claimed"):
         publish_local(forged, hub, verify_prompts=3)
