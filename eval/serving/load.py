@@ -25,6 +25,7 @@ import io
 import json
 import sys
 import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Optional
@@ -140,8 +141,6 @@ def load_check(
     log_dir: Optional[Path] = None,
 ) -> dict:
     """The report's `serving_load` section: drafter_dir served by `vllm serve` (or cfg.serve_url) under load."""
-    import time
-
     from transformers import AutoTokenizer
 
     if reason := vllm.missing_reason():
