@@ -10,6 +10,8 @@ import torch
 
 torch.set_num_threads(2)
 
+pytest_plugins = ["tests.suite_report"]  # time per directory and engine starts, printed after every run
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _cache_dir(tmp_path_factory):
