@@ -3,9 +3,10 @@
 No registry ships Linux llama.cpp binaries, but llama-cpp-python's sdist vendors the whole llama.cpp tree
 (converter, server, tokenizer tool). This script takes that sdist from the package registry (pip download; no other
 network), keeps its llama.cpp tree (the converter runs from it) and builds `llama-server` and `llama-tokenize`
-with cmake + ninja into `$DRAFTHUB_CACHE/llamacpp/<version>/` (or `$DRAFTHUB_LLAMACPP`). A finished build is
-reused; an interrupted one is resumed by ninja. The binaries are built for this machine's CPU (GGML_NATIVE): build
-again on another machine rather than copying the cache.
+with cmake + ninja into `$DRAFTHUB_CACHE/llamacpp/<version>-<source digest>-cpu<CPU class>/` (or
+`$DRAFTHUB_LLAMACPP`). The downloaded source package must have the pinned sha256. A finished build is reused; an
+interrupted one is resumed by ninja. The binaries are built for this machine's CPU (GGML_NATIVE), hence the CPU
+class in the key: another class of machine builds its own.
 
     python scripts/build_llamacpp.py            # ~20-25 min on 2 cores, once
     python scripts/build_llamacpp.py --check    # exit 0 if built, 1 (saying what is missing) if not
@@ -14,6 +15,7 @@ again on another machine rather than copying the cache.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -52,6 +54,9 @@ def fetch_source(home: Path) -> Path:
         pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", llamacpp.PACKAGE, pin, "-d", tmp]
         subprocess.run([*pip, "-q"], check=True)
         (sdist,) = Path(tmp).glob("*.tar.gz")
+        digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
+        if digest != llamacpp.SDIST_SHA256:
+            raise SystemExit(f"[llama.cpp] {sdist.name} has sha256 {digest}, not the pinned {llamacpp.SDIST_SHA256}")
         prefix = f"{sdist.name.removesuffix('.tar.gz')}/vendor/llama.cpp/"
         with tarfile.open(sdist) as tar:
             members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
@@ -86,7 +91,7 @@ def main() -> int:
     args = parser.parse_args()
     reason = llamacpp.missing()
     if reason is None:
-        print(f"[llama.cpp] ready: {llamacpp.tool('llama-server')}, converter in {llamacpp.source_dir()}")
+        print(f"[llama.cpp] reused build {llamacpp.tool('llama-server')} ({_key()})")
         return 0
     if args.check:
         print(f"[llama.cpp] {reason}")
@@ -96,8 +101,13 @@ def main() -> int:
     if reason:
         print(f"[llama.cpp] built, but still not usable: {reason}")
         return 1
-    print(f"[llama.cpp] built in {seconds / 60:.1f} min: {llamacpp.tool('llama-server')}")
+    print(f"[llama.cpp] built in {seconds:.0f} s: {llamacpp.tool('llama-server')} ({_key()})")
     return 0
+
+
+def _key() -> str:
+    source = f"source sha256 {llamacpp.SDIST_SHA256[:12]}"
+    return f"{llamacpp.PACKAGE} {llamacpp.VERSION}, {source}, CPU {llamacpp.cpu_key()}"
 
 
 if __name__ == "__main__":

@@ -8,9 +8,31 @@ from pathlib import Path
 import pytest
 import torch
 
-torch.set_num_threads(2)
+# pytest-xdist runs the suite in WORKERS processes (pyproject.toml: -n 2): the cores are shared out, and the
+# programs the tests start get the same share, since OpenMP and llama.cpp threads spin-wait for a core another
+# worker holds (seen: a 2-core run with 2 threads per worker took twice as long as one process).
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS = max(1, (os.cpu_count() or 2) // WORKERS)
+torch.set_num_threads(THREADS)
+if WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+    os.environ.setdefault("LLAMA_ARG_THREADS", str(THREADS))  # llama-server's -t
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # not every worker's engine on core 0
+# The tests' vLLM engines serve a few short prompts: 1 GiB of KV cache each (vLLM's CPU default, 20% of RAM, takes
+# seconds to set up per engine). Inherited by the engines, `vllm serve` and the processes the tests launch.
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-pytest_plugins = ["tests.suite_report"]  # time per directory and engine starts, printed after every run
+# tests/suite_report.py: time per directory and engine starts, printed after every run;
+# tests/vllm_host.py: vLLM engines built in long-lived helper processes (about 2 s an engine instead of 20)
+pytest_plugins = ["tests.suite_report", "tests.vllm_host"]
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    """Every test that needs vLLM or llama.cpp is in the slow tier: the edit loop starts no serving engine."""
+    for item in items:
+        if item.get_closest_marker("needs_vllm") or item.get_closest_marker("needs_llamacpp"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,64 +1,191 @@
-"""The suite's own report, printed at the end of every run: time per test directory and per file, and how many
-serving engines the run started (vLLM engines, `vllm serve`, llama-server), so a slow or engine-hungry change shows
-in the run that made it. Registered by tests/conftest.py; pytest's own `--durations` lists the slowest tests.
+"""The suite's own report and its time budget, checked after every run.
 
-A vLLM engine is counted where it is built (`vllm.LLM`, wrapped when the run selects a vLLM test), a server where
-eval/serving/process.py starts it."""
+Printed: time per test directory and per file, the caches the run reused or built, and the serving engines it
+started (vLLM engines, `vllm serve`, llama-server), so a slow or engine-hungry change shows in the run that made it.
+pytest's own `--durations` (pyproject.toml) lists the slowest tests. Registered by tests/conftest.py; works alike
+in one process and under pytest-xdist (each test's engine starts travel with its report).
+
+Enforced: a test file that takes longer than its ceiling fails the run, naming the file, and so does the whole suite
+past SUITE_BUDGET_MIN or the quick tier (`-m "not slow"`) past QUICK_BUDGET_MIN. A failing run is what CI keeps and
+the next change sees at once; a warning in a passing run would be read by no one. A file's ceiling is 3× its time
+in MEASURED_S, measured on the 2-core AVX-512 EPYC that set the table (the 2-core AVX2 class ran the same suite
+2.2× slower, so about 1.35× its time there), and at least DEFAULT_CEILING_S: a new file that takes longer than that
+enters the table, with its time.
+
+The same table orders the run: the slowest files start first, so the two xdist workers finish together.
+
+A vLLM engine is counted where it is built (tests/vllm_host.py's helpers, or `vllm.LLM` where they are not used),
+a server where eval/serving/process.py starts it.
+"""
 
 from __future__ import annotations
 
 import collections
 import importlib.util
+import json
+import os
 import time
 from pathlib import Path
 
 import pytest
 
-ENGINE_STARTS: collections.Counter = collections.Counter()
+SUITE_BUDGET_MIN = 25  # the README's test command, on the 2-core AVX2 class (DEVELOPERS.md)
+QUICK_BUDGET_MIN = 8  # python -m pytest -m "not slow": the edit loop
+DEFAULT_CEILING_S = 40
+CEILING_FACTOR = 3
+# Test file → seconds (setup, calls and teardown; pytest -n 2, a fresh machine's caches), on the 2-core AVX-512 EPYC.
+MEASURED_S = {
+    "tests/train/test_multiprocess.py": 134,
+    "tests/test_real_recipes.py": 99,
+    "tests/serving/test_pipeline_serve.py": 98,
+    "tests/eval/test_static_engine.py": 100,  # torch.compile with a cold inductor cache (15 s with a warm one)
+    "tests/serving/test_llamacpp.py": 92,
+    "tests/serving/test_served_check.py": 64,
+    "tests/test_families.py": 47,
+    "tests/serving/test_vllm_features.py": 41,
+    "tests/test_bad_inputs.py": 34,
+    "tests/test_adding_a_family.py": 30,
+    "tests/train/test_bakeoff.py": 29,
+    "tests/test_cli.py": 21,
+    "tests/test_gpu_check.py": 20,
+    "tests/test_first_run.py": 18,
+    "tests/serving/test_served_dflash.py": 18,
+    "tests/serving/test_speculators_interop.py": 17,
+    "tests/test_acceptance_regression.py": 16,
+    "tests/eval/test_eagle_decoding.py": 14,
+}
+
+
+def ceiling(file: str) -> float:
+    return max(DEFAULT_CEILING_S, CEILING_FACTOR * MEASURED_S.get(file, 0))
+
+
+ENGINES = ("vLLM engine (in a test helper)", "vLLM engine (own processes)", "vllm serve", "llama-server")
+
+_PENDING: list = []  # what the current test started, sent with its report
+_EVENTS: collections.Counter = collections.Counter()  # engine kind (and helper event) → count
+_EVENTS_BY_FILE: collections.Counter = collections.Counter()
+_RECORDS: list = []  # $DRAFTHUB_SUITE_ENGINES names a JSON file to write them to
 _FILE_SECONDS: collections.Counter = collections.Counter()
-_SESSION: dict = {}
+_SESSION: dict = {"over": []}
 
 
-def _count_vllm_engines() -> None:
-    """vllm.LLM → the same class, counted: every engine drafthub builds comes through `from vllm import LLM`."""
-    import vllm
+def record_start(engine: str, what) -> None:
+    """One engine or server (or a vLLM test helper event) started by the current test."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+    _PENDING.append({"test": test, "engine": engine, "what": what})
 
-    real = vllm.LLM
 
-    class CountedLLM(real):
+def _counted(cls, engine: str):
+    """vllm.LLM with every engine it builds counted."""
+
+    class Counted(cls):
         def __init__(self, *args, **kwargs):
-            ENGINE_STARTS["vLLM engine (LLM)"] += 1
+            record_start(engine, {k: str(v) for k, v in kwargs.items()})
             super().__init__(*args, **kwargs)
 
-    CountedLLM.__name__ = CountedLLM.__qualname__ = "LLM"
-    vllm.LLM = CountedLLM
+    Counted.__name__ = Counted.__qualname__ = "LLM"
+    return Counted
 
 
-def _count_servers() -> None:
+def _count_engines(session) -> None:
     from eval.serving import process
 
     real = process._started
 
     def counted(argv, *, name, **kwargs):
-        ENGINE_STARTS["llama-server" if name.startswith("llama-server") else "vllm serve"] += 1
+        command = argv(0)
+        if Path(command[0]).name == "llama-server":
+            record_start("llama-server", command)
+        elif "vllm.entrypoints.openai.api_server" in command:
+            record_start("vllm serve", command)  # (the process tests' stand-in servers are no engines)
         return real(argv, name=name, **kwargs)
 
     process._started = counted
+    from tests import vllm_host
+
+    needs_vllm = any(item.get_closest_marker("needs_vllm") for item in session.items)
+    if vllm_host.POOL is not None:  # the helpers count the engines they build (not the ones they hand on)
+        vllm_host.REAL_LLM = _counted(vllm_host.REAL_LLM, "vLLM engine (own processes)")
+    elif needs_vllm and importlib.util.find_spec("vllm"):
+        import vllm
+
+        vllm.LLM = _counted(vllm.LLM, "vLLM engine (own processes)")
+
+
+def pytest_sessionstart(session) -> None:
+    _SESSION["start"], _SESSION["started_at"] = time.monotonic(), time.time()
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The slowest files first, each file's tests in their own order (the same order on every xdist worker)."""
+    rank = {file: i for i, file in enumerate(sorted(MEASURED_S, key=MEASURED_S.get, reverse=True))}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
 def pytest_collection_finish(session) -> None:
-    _SESSION["start"] = time.monotonic()
-    _count_servers()
-    if importlib.util.find_spec("vllm") and any(item.get_closest_marker("needs_vllm") for item in session.items):
-        _count_vllm_engines()
+    _count_engines(session)  # where tests run: in the one process, or in each xdist worker
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if _PENDING:
+        report.user_properties.append(("engine_starts", list(_PENDING)))
+        _PENDING.clear()
 
 
 def pytest_runtest_logreport(report) -> None:
-    _FILE_SECONDS[report.nodeid.split("::")[0]] += report.duration  # setup + call + teardown
+    """On the process that reports (the controller under xdist): time and engine starts per file."""
+    file = report.nodeid.split("::")[0]
+    _FILE_SECONDS[file] += report.duration  # setup + call + teardown
+    for name, records in report.user_properties:
+        if name == "engine_starts":
+            for record in records:
+                _EVENTS[record["engine"]] += 1
+                _EVENTS_BY_FILE[file] += record["engine"] in ENGINES
+                _RECORDS.append(record)
+
+
+def _budget(config) -> float | None:
+    """The wall-time budget (minutes) of this run's selection: the whole suite or the quick tier, else none."""
+    tests = Path(__file__).resolve().parent
+    if config.option.keyword or any(Path(a).resolve() != tests for a in config.args):
+        return None
+    return {"": SUITE_BUDGET_MIN, "not slow": QUICK_BUDGET_MIN}.get(config.option.markexpr.strip())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session) -> None:
+    if hasattr(session.config, "workerinput") or not _FILE_SECONDS:
+        return  # an xdist worker: the controller judges
+    over = [
+        f"{file}: {seconds:.0f} s, past its ceiling of {ceiling(file):.0f} s"
+        for file, seconds in _FILE_SECONDS.most_common()
+        if seconds > ceiling(file)
+    ]
+    budget, wall = _budget(session.config), time.monotonic() - _SESSION.get("start", time.monotonic())
+    if budget is not None and wall > budget * 60:
+        over.append(f"this selection: {wall / 60:.1f} min, past its budget of {budget} min")
+    _SESSION["over"] = over
+    if over and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:5.1f} min"
+
+
+def _micro_world_line():
+    """Whether this run built the micro toy world or found it in $DRAFTHUB_CACHE (None if no test loaded it)."""
+    from distill.toyworld import build
+
+    world = build.built_world("micro") if os.environ.get("DRAFTHUB_CACHE") else None
+    if world is None:
+        return None
+    built_now = (world.root / "world.json").stat().st_mtime >= _SESSION.get("started_at", 0)
+    how = f"built in {world.info.get('build_seconds', 0):.0f} s" if built_now else "reused"
+    return f"micro toy world: {how} ({world.root})"
 
 
 @pytest.hookimpl(trylast=True)
@@ -66,17 +193,33 @@ def pytest_terminal_summary(terminalreporter) -> None:
     if not _FILE_SECONDS:
         return
     write = terminalreporter.write_line
-    total = sum(_FILE_SECONDS.values())
     by_dir = collections.Counter()
     for file, seconds in _FILE_SECONDS.items():
         by_dir[str(Path(file).parent)] += seconds
     terminalreporter.section("time per test directory")
     for directory, seconds in by_dir.most_common():
         write(f"{_minutes(seconds)}  {directory}/")
-    write(f"{_minutes(total)}  in all (wall {_minutes(time.monotonic() - _SESSION.get('start', time.monotonic()))})")
+    wall = time.monotonic() - _SESSION.get("start", time.monotonic())
+    write(f"{_minutes(sum(_FILE_SECONDS.values()))}  in all, test by test (wall {_minutes(wall)})")
     terminalreporter.section("slowest test files")
     for file, seconds in _FILE_SECONDS.most_common(15):
         write(f"{seconds:7.1f} s  {file}")
-    starts = ", ".join(f"{n} × {kind}" for kind, n in sorted(ENGINE_STARTS.items())) or "none"
+    world = _micro_world_line()
+    if world:
+        terminalreporter.section("caches")
+        write(world)
     terminalreporter.section("serving engines started")
-    write(f"{sum(ENGINE_STARTS.values())} in all: {starts}")
+    starts = ", ".join(f"{_EVENTS[kind]} × {kind}" for kind in ENGINES if _EVENTS[kind]) or "none"
+    write(f"{sum(_EVENTS[kind] for kind in ENGINES)} in all: {starts}")
+    helpers = {kind: n for kind, n in _EVENTS.items() if kind not in ENGINES}
+    if helpers:
+        write("tests/vllm_host.py: " + ", ".join(f"{n} × {kind}" for kind, n in sorted(helpers.items())))
+    for file, n in _EVENTS_BY_FILE.most_common():
+        write(f"{n:4d}  {file}")
+    if os.environ.get("DRAFTHUB_SUITE_ENGINES"):
+        Path(os.environ["DRAFTHUB_SUITE_ENGINES"]).write_text(json.dumps(_RECORDS, indent=1))
+    if _SESSION["over"]:
+        terminalreporter.section("TIME BUDGET EXCEEDED", red=True, bold=True)
+        for line in _SESSION["over"]:
+            terminalreporter.write_line(line, red=True, bold=True)
+        write("Make it faster, move tests to the slow tier, or raise a ceiling saying why (tests/suite_report.py).")

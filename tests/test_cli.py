@@ -356,3 +356,14 @@ def test_training_free_ngram_skips_the_train_stage(tmp_path, micro_world):
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1])["lossless"] is True
+
+
+def test_a_launched_peer_leaves_the_run_directory_to_the_main_process(tmp_path, monkeypatch):
+    """The main process removes what killed writes left (temporary files) before any stage; a peer that wrote the
+    resolved config meanwhile had its temporary file removed under it ('cannot use …/.hydra/.config.yaml.….tmp',
+    seen in a 2-process launch on a busy machine). Peers hold the same config and write none of it."""
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    r = run("train", "target=micro", "stages=[]", f"run_dir={tmp_path}/run")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not (tmp_path / "run").exists()

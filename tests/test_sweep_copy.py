@@ -40,6 +40,7 @@ def test_answer_accuracy_scores_only_the_answer_tokens():
     assert sweep_copy.answer_accuracy(_Oracle(miss=7), rows, bf16=False) == 1.0  # 7 is in a prompt, not an answer
 
 
+@pytest.mark.slow  # trains a toy target setting
 def test_a_setting_prints_a_line_per_evaluation_point(tmp_path, capsys):
     settings = tmp_path / "sweep.json"
     settings.write_text(json.dumps([{"name": "small", **SMALL}]))

@@ -147,10 +147,12 @@ def _run_stages(cfg: RunConfig, cfg_dict: dict, dict_config: DictConfig, paths: 
     if _main_process():
         check_ownership(paths, cfg_dict)  # before anything is written: another run's directory is refused
         clean_debris(paths.root)
-    config_text = OmegaConf.to_yaml(dict_config)
-    if not paths.config.exists() or paths.config.read_text() != config_text:  # a finished run re-read writes nothing
-        paths.config.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(paths.config, config_text)
+        # The main process alone writes the resolved config (its launched peers hold the same one): a peer's
+        # temporary file could otherwise be taken for a killed write's and removed by clean_debris above.
+        config_text = OmegaConf.to_yaml(dict_config)
+        if not paths.config.exists() or paths.config.read_text() != config_text:  # a re-read finished run: nothing
+            paths.config.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(paths.config, config_text)
     print(f"run directory: {paths.root}")
     device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     if cfg.bakeoff.recipes:

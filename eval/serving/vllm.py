@@ -43,9 +43,12 @@ def missing_reason() -> Optional[str]:
     return None
 
 
-def _counters(metrics) -> tuple[int, int, list[int], int]:
-    """vLLM's cumulative spec-decode counters from LLM.get_metrics(): drafts, accepted, per position, draft tokens."""
+def _counters(metrics, *, before_any_step: bool = False) -> tuple[int, int, list[int], int]:
+    """vLLM's cumulative spec-decode counters from LLM.get_metrics(): drafts, accepted, per position, draft tokens.
+    before_any_step: an engine that has not drafted yet may report none of them (all zero then)."""
     by_name = {m.name: m for m in metrics}
+    if before_any_step and "vllm:spec_decode_num_drafts" not in by_name:
+        return 0, 0, [], 0
     try:
         drafts = int(by_name["vllm:spec_decode_num_drafts"].value)
         draft_tokens = int(by_name["vllm:spec_decode_num_draft_tokens"].value)
@@ -56,6 +59,12 @@ def _counters(metrics) -> tuple[int, int, list[int], int]:
             f"vLLM reported no spec-decode counter {e}; was the engine started with disable_log_stats=False?"
         ) from None
     return drafts, accepted, per_pos, draft_tokens
+
+
+def _since(before: tuple, after: tuple) -> tuple[int, int, list[int], int]:
+    """The counters' growth between two readings: what one check's requests drafted and accepted."""
+    per_pos = [a - (before[2][i] if i < len(before[2]) else 0) for i, a in enumerate(after[2])]
+    return after[0] - before[0], after[1] - before[1], per_pos, after[3] - before[3]
 
 
 def engine_defaults(settings: VLLMServeConfig, engines: int = 1) -> tuple[float, bool]:
@@ -140,9 +149,11 @@ def serve_and_decode(
         )
         requests = [TokensPrompt(prompt_token_ids=p) for p in prompts]
         batches = [[r] for r in requests] if one_at_a_time else [requests]
+        # The counters are the engine's since it started: this check counts the growth over its own requests.
+        before = _counters(llm.get_metrics(), before_any_step=True)
         outs = [o for batch in batches for o in llm.generate(batch, params, use_tqdm=False)]
         outputs = [list(o.outputs[0].token_ids) for o in outs]  # the counters add up over the calls
-        counters = _counters(llm.get_metrics())  # before the timed runs, which add to them
+        counters = _since(before, _counters(llm.get_metrics()))  # before the timed runs, which add to them
         timing = None
         if speed is not None and speed.vllm.speed_repeats > 0:
             base = _start_engine(target, settings, None, engines, **engine_args)

@@ -8,9 +8,11 @@ drops silently (verification keeps the output right).
 The fix is a vLLM general plugin (`vllm.general_plugins` entry point `drafthub_dflash_cpu_k_norm`
 in pyproject.toml): vLLM loads it in every process it starts — the engine core and its workers
 are spawned, so a patch made only in the caller would not reach them — and it replaces the
-method with a per-layer torch RMSNorm when DRAFTHUB_DFLASH_CPU_K_NORM=1 and no GPU is present.
+method, on a host with no GPU, with one that takes a per-layer torch RMSNorm whenever
+DRAFTHUB_DFLASH_CPU_K_NORM=1 (read at each call, so an engine built in a process that loaded the
+plugin earlier, as vLLM's in-process engine core is, follows the variable too).
 The served check sets the variable while it serves a multi-layer DFlash export; users serving
-one on vLLM's CPU build themselves can set it too. Unset, the plugin does nothing.
+one on vLLM's CPU build themselves can set it too. Unset, vLLM's own method runs.
 """
 
 from __future__ import annotations
@@ -42,16 +44,22 @@ def _per_layer_k_norm(self, all_k):
 
 
 def register() -> None:
-    """vLLM general plugin: per-layer context k_norm for DFlash on CPU, when DRAFTHUB_DFLASH_CPU_K_NORM=1."""
-    if os.environ.get(ENV) != "1":
-        return
+    """vLLM general plugin: per-layer context k_norm for DFlash on CPU, while DRAFTHUB_DFLASH_CPU_K_NORM=1."""
     import torch
 
     if torch.cuda.is_available():
         return
     from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model
 
-    DFlashQwen3Model._normalize_context_k = _per_layer_k_norm
+    vllms = DFlashQwen3Model._normalize_context_k
+    if getattr(vllms, "drafthub", False):  # registered already (vLLM loads plugins once per process)
+        return
+
+    def normalize_context_k(self, all_k):
+        return _per_layer_k_norm(self, all_k) if os.environ.get(ENV) == "1" else vllms(self, all_k)
+
+    normalize_context_k.drafthub = True
+    DFlashQwen3Model._normalize_context_k = normalize_context_k
 
 
 @contextmanager

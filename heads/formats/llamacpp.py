@@ -17,6 +17,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,7 @@ ENGINE = "llamacpp"
 SUBDIR = "gguf"
 DRAFT_FILE = "draft.gguf"
 PACKAGE, VERSION = "llama-cpp-python", "0.3.36"  # its sdist vendors llama.cpp at commit 0c1e57098 (MIT)
+SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"  # checked after each download
 BUILD_HINT = "build it once with `python scripts/build_llamacpp.py` (~20 min on 2 cores) or put llama-server on PATH"
 # safetensors dtype → the converter's --outtype: weights keep their precision (f32 stays f32)
 OUTTYPES = {"F32": "f32", "BF16": "bf16", "F16": "f16"}
@@ -45,12 +47,25 @@ TOKENIZER_SAMPLE = (
 )
 
 
+def cpu_key() -> str:
+    """This machine's CPU class: its architecture and instruction-set flags, hashed. The build compiles for the CPU
+    it runs on (GGML_NATIVE), so a build from another class (an AVX-512 one on an AVX2-only machine) may not run."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as info:
+            flags = next((line.split(":", 1)[1] for line in info if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        pass
+    return hashlib.sha256(f"{platform.machine()} {' '.join(sorted(flags.split()))}".encode()).hexdigest()[:12]
+
+
 def home() -> Path:
-    """Where the pinned llama.cpp is built: `$DRAFTHUB_LLAMACPP`, else under drafthub's cache."""
+    """Where the pinned llama.cpp is built: `$DRAFTHUB_LLAMACPP`, else under drafthub's cache, keyed by the version,
+    the source package's digest and the CPU class, so a cache shared between machines never serves a foreign build."""
     if os.environ.get("DRAFTHUB_LLAMACPP"):
         return Path(os.environ["DRAFTHUB_LLAMACPP"])
     cache = Path(os.environ.get("DRAFTHUB_CACHE", Path.home() / ".cache" / "drafthub"))
-    return cache / "llamacpp" / VERSION
+    return cache / "llamacpp" / f"{VERSION}-{SDIST_SHA256[:12]}-cpu{cpu_key()}"
 
 
 def source_dir() -> Path:

@@ -55,6 +55,7 @@ def test_merging_refuses_missing_unfinished_or_foreign_parts(tmp_path, one_job):
     assert not (tmp_path / "m" / "manifest.json").exists()
 
 
+@pytest.mark.slow  # three CLI runs in fresh interpreters
 def test_the_cli_runs_a_part_and_refuses_a_bad_index(tmp_path, micro_world):
     common = ["target=micro", "data.max_prompts=4", "data.sampling.max_new_tokens=4", "data.shard_size=2"]
 

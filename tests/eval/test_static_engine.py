@@ -58,6 +58,7 @@ def test_the_cache_lengths_are_set_in_inference_mode_where_transformers_allocate
     torch.testing.assert_close(first, again)
 
 
+@pytest.mark.slow  # torch.compile: ~90 s on 2 cores, a few with a warm inductor cache
 def test_compiled_decoding_equals_the_dynamic_path_token_for_token(target, weak_draft, tokenizer, prompt_ids):
     greedy, eos, vocab = SamplingParams(), {tokenizer.eos_token_id}, len(tokenizer)
     prompts = prompt_ids[:3]

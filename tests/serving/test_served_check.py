@@ -168,3 +168,25 @@ def test_served_check_catches_an_export_whose_vocabulary_map_is_shifted(
     report = _serve(target, tokenizer, micro_world, exports["eagle3"], prompt_ids, served_dir=broken)
     served = report["served"]
     assert served["verdict"] == "broken" and served["tau"] < report["tau"], (served["tau"], report["tau"])
+
+
+def test_a_check_counts_only_the_drafts_of_its_own_requests():
+    """An engine's spec-decode counters run from its start: a check on an engine that served before (a reused one)
+    counts their growth over its own requests, and an engine that has not drafted yet may report no counter."""
+    from types import SimpleNamespace
+
+    from eval.serving.vllm import _counters, _since
+
+    def metrics(drafts, accepted, per_pos, tokens):
+        names = ("drafts", "accepted_tokens", "draft_tokens")
+        counters = [
+            SimpleNamespace(name=f"vllm:spec_decode_num_{n}", value=v)
+            for n, v in zip(names, (drafts, accepted, tokens))
+        ]
+        return [*counters, SimpleNamespace(name="vllm:spec_decode_num_accepted_tokens_per_pos", values=per_pos)]
+
+    assert _counters([], before_any_step=True) == (0, 0, [], 0)
+    before = _counters(metrics(10, 12, [7, 4, 1], 30), before_any_step=True)
+    after = _counters(metrics(25, 20, [12, 6, 2], 75))
+    assert _since(before, after) == (15, 8, [5, 2, 1], 45)
+    assert _since((0, 0, [], 0), after) == after

@@ -67,11 +67,13 @@ def test_the_cpu_patch_normalises_each_layers_context_keys_with_its_own_k_norm()
         assert not torch.allclose(vllm_cpu[1], reference[1], atol=1e-2)
 
 
-def test_the_vllm_plugin_patches_dflash_only_when_asked(monkeypatch, tmp_path):
-    """The entry point vLLM loads in each engine process acts only under DRAFTHUB_DFLASH_CPU_K_NORM=1,
-    which the served check sets for multi-layer exports on CPU."""
+def test_the_vllm_plugin_patches_dflash_only_while_asked(monkeypatch, tmp_path):
+    """The entry point vLLM loads once per process normalises per layer only while DRAFTHUB_DFLASH_CPU_K_NORM=1,
+    which the served check sets for multi-layer exports on CPU: read at each call, so an engine built after the
+    plugin loaded (vLLM's in-process engine core) follows the variable too; loading it twice wraps once."""
     pytest.importorskip("vllm")
     from importlib.metadata import entry_points
+    from types import SimpleNamespace
 
     from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model
 
@@ -82,11 +84,19 @@ def test_the_vllm_plugin_patches_dflash_only_when_asked(monkeypatch, tmp_path):
     monkeypatch.setattr(DFlashQwen3Model, "_normalize_context_k", original)  # restored after the test
     monkeypatch.delenv(ENV, raising=False)
     register()
-    assert DFlashQwen3Model._normalize_context_k is original
+    if torch.cuda.is_available():
+        assert DFlashQwen3Model._normalize_context_k is original
+        return
+    wrapped = DFlashQwen3Model._normalize_context_k
+    register()  # what a second engine in the same process does
+    assert DFlashQwen3Model._normalize_context_k is wrapped
+    torch.manual_seed(0)
+    model = SimpleNamespace(_k_norm_weights=torch.stack([torch.ones(32), torch.full((32,), 2.0)]), _rms_norm_eps=1e-6)
+    all_k = torch.randn(2, 5, 1, 32)
+    assert torch.equal(wrapped(model, all_k), original(model, all_k))  # unset: vLLM's own method
     two_layers = tmp_path / "two"
     two_layers.mkdir()
     (two_layers / "config.json").write_text('{"num_hidden_layers": 2}')
     with served_patch(two_layers):
-        register()  # what vLLM does in the engine processes it spawns, which inherit the variable
-    assert (DFlashQwen3Model._normalize_context_k is _per_layer_k_norm) == (not torch.cuda.is_available())
-    assert ENV not in os.environ
+        assert torch.equal(wrapped(model, all_k), _per_layer_k_norm(model, all_k))
+    assert ENV not in os.environ and torch.equal(wrapped(model, all_k), original(model, all_k))

@@ -126,18 +126,25 @@ def _assert_same_training(run, reference):
         assert (a[k].double() - b[k].double()).abs().max() < 1e-5, k  # .double(): EAGLE-3 keeps a bool vocab map
 
 
-def test_two_ddp_processes_train_like_one(tmp_path, one_process):
-    run = _with_data(tmp_path, one_process)
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory, one_process):
+    """The same training by 2 DDP processes, evaluated by the main one: launched once for the tests below."""
+    run = _with_data(tmp_path_factory.mktemp("two"), one_process)
     _train(run, *CPU_DDP, stages="[train,eval]")
+    return run
+
+
+def test_two_ddp_processes_train_like_one(two_processes, one_process):
+    run = two_processes
     _assert_same_training(run, one_process)
     assert json.loads((run / "checkpoints" / "final" / "train_summary.json").read_text())["processes"] == 2
     # the main process alone evaluates, after the others have left
     assert json.loads((run / "eval" / "eval_report.json").read_text())["lossless"] is True
 
 
-def test_checkpoint_saved_by_two_processes_resumes_on_one(tmp_path, one_process):
-    run = _with_data(tmp_path, one_process)
-    _train(run, *CPU_DDP)
+def test_checkpoint_saved_by_two_processes_resumes_on_one(tmp_path, two_processes, one_process):
+    run = tmp_path / "run"
+    shutil.copytree(two_processes, run, ignore=shutil.ignore_patterns("eval", "drafter"))
     # as if the 2-process job died after step 4: only its step-4 checkpoint remains
     shutil.rmtree(run / "checkpoints" / "step-0000008")
     shutil.rmtree(run / "checkpoints" / "final")
@@ -212,19 +219,16 @@ def test_two_processes_train_on_policy_like_one(tmp_path, one_process):
     assert _losses(reference) != pytest.approx(_losses(one_process), rel=1e-3)  # the drafter's answers were used
 
 
-def test_several_processes_need_an_explicit_run_dir(tmp_path):
-    env = _env() | {"WORLD_SIZE": "2", "RANK": "0"}
-    r = subprocess.run(
-        [sys.executable, "-m", "train", *TRAIN, "stages=[train]"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 2
+def test_several_processes_need_an_explicit_run_dir(tmp_path, monkeypatch):
+    from tests.cli_runs import run_app
+
+    monkeypatch.chdir(tmp_path)
+    for name, value in {"WORLD_SIZE": "2", "RANK": "0"}.items():  # what a launcher sets for each process
+        monkeypatch.setenv(name, value)
+    code, _, err = run_app("train", [*TRAIN, "stages=[train]"])
+    assert code == 2
     assert (
-        r.stderr.strip().splitlines()[-1] == "error: 2 processes were launched without run_dir; "
+        err.strip().splitlines()[-1] == "error: 2 processes were launched without run_dir; "
         "set run_dir=PATH so that every process uses the same run directory"
     )
     assert not (tmp_path / "runs").exists()

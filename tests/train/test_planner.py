@@ -134,6 +134,7 @@ def _dry_run(tmp_path, *overrides):
     )
 
 
+@pytest.mark.slow  # python -m train in fresh interpreters
 def test_dry_run_cli_writes_nothing_and_flags_a_misfit(tmp_path):
     """eagle_llama70b fits 8 × 80 GB with the target sharded by ZeRO-3 or taken from vLLM; replicated it does not."""
     ok = _dry_run(tmp_path)
