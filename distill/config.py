@@ -25,7 +25,11 @@ def output_settings(schema: Any, values: dict) -> dict:
 
 @dataclass
 class TargetConfig:
-    name_or_path: str = "toyworld:toy"  # HF hub name, local HF directory, or toyworld:<micro|toy>
+    # HF hub name, local HF directory, a .gguf file, toyworld:<micro|toy|chat>, or package:<name> (distill/targets/)
+    name_or_path: str = "toyworld:toy"
+    gguf_file: Optional[str] = (
+        None  # a GGUF file inside name_or_path (a directory or Hub repo), as transformers takes it
+    )
     revision: Optional[str] = None  # hub revision (branch, tag or commit); None = default branch
     dtype: str = "float32"  # float32 | bfloat16 | float16 | auto (what the checkpoint says)
     trust_remote_code: bool = False  # run code shipped with the model; only for sources you trust
@@ -44,6 +48,16 @@ class SamplingConfig:
 
 
 @dataclass
+class MagpieConfig:
+    """data.prompts=magpie: the target writes its own requests (distill/magpie.py)."""
+
+    temperature: float = 1.0  # Magpie samples requests at the model's own distribution
+    top_p: float = 1.0
+    max_new_tokens: int = 128  # a request cut here is dropped
+    seed: int = 0
+
+
+@dataclass
 class PromptSource:
     """One more prompt set mixed into the distillation data (after data.prompts)."""
 
@@ -58,7 +72,8 @@ class DataConfig:
     # target: the target's own answers to the prompts (the drafter learns what it will verify) |
     # corpus: raw text windows, every token trained on (the toy world's train sources, or the rows' `text` field)
     source: str = "target"
-    prompts: str = "toyworld"  # toyworld | path to .jsonl/.json/.parquet | HF dataset name or dir
+    # toyworld | magpie (the target writes them) | mt_bench, humaneval | path to .jsonl/.json/.parquet | HF dataset
+    prompts: str = "toyworld"
     split: str = "train"  # dataset split (toy world: train or heldout)
     # the column (a JSON row's field) holding the prompts, read by what it holds: a string (one user turn), a list
     # of strings (turns, answered one after another), messages or ShareGPT turns. None = the first of messages,
@@ -83,6 +98,7 @@ class DataConfig:
     num_shards: int = field(default=1, metadata=NO_EFFECT)
     shard_index: int = field(default=0, metadata=NO_EFFECT)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    magpie: MagpieConfig = field(default_factory=MagpieConfig)
     mix: List[PromptSource] = field(
         default_factory=list
     )  # more sources, e.g. UltraChat after ShareGPT; each with its own split and cap

@@ -19,9 +19,13 @@ _CACHE_NAME = "file-digests.json"
 _WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json")
 
 
+def cache_root() -> Path:
+    """Where drafthub keeps what it builds once per machine: toy worlds, converted targets, file digests."""
+    return Path(os.environ.get("DRAFTHUB_CACHE", Path.home() / ".cache" / "drafthub"))
+
+
 def _cache_path() -> Path:
-    root = Path(os.environ.get("DRAFTHUB_CACHE", Path.home() / ".cache" / "drafthub"))
-    return root / _CACHE_NAME
+    return cache_root() / _CACHE_NAME
 
 
 def file_digest(path: Path) -> str:

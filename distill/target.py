@@ -1,4 +1,5 @@
-"""Load a target (and its tokenizer) by HF name, local directory or `toyworld:<size>`."""
+"""Load a target (and its tokenizer) from whatever source names it (distill/targets/: HF names and directories,
+`toyworld:<size>`, GGUF files, packaged models)."""
 
 from __future__ import annotations
 
@@ -10,72 +11,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Pretra
 from distill.config import TargetConfig
 from distill.errors import DistillError
 from distill.known_targets import KNOWN_TARGETS
-
-TOYWORLD_PREFIX = "toyworld:"
-
-
-def resolve_target(name_or_path: str) -> str:
-    """A loadable name or path: `toyworld:<size>` builds (once) and returns the toy target, `toyworld:<size>/draft`
-    the world's pretrained sibling draft LM (a drafter.init)."""
-    if not name_or_path.startswith(TOYWORLD_PREFIX):
-        return name_or_path
-    from distill.toyworld import load_world
-    from distill.toyworld.sibling import load_sibling
-
-    size, draft = toyworld_model(name_or_path)
-    return str(load_sibling(size) if draft else load_world(size).target_dir)
-
-
-def resolve_built_target(name_or_path: str) -> str | None:
-    """resolve_target without building: None for a toy world (or its draft LM) not in the cache yet."""
-    if not name_or_path.startswith(TOYWORLD_PREFIX):
-        return name_or_path
-    from distill.toyworld.build import built_world
-    from distill.toyworld.sibling import sibling_name
-
-    size, draft = toyworld_model(name_or_path)
-    world = built_world(size)
-    path = world and (world.root / sibling_name(size) if draft else world.target_dir)
-    return str(path) if path and path.exists() else None
-
-
-def toyworld_model(name: str) -> tuple[str, bool]:
-    """(size, whether the sibling draft LM) of a `toyworld:<size>[/draft]` alias; refused when the world has none."""
-    from distill.toyworld.config import SIBLINGS, SIZES
-
-    size, _, part = name[len(TOYWORLD_PREFIX) :].partition("/")
-    if size not in SIZES:
-        raise DistillError(f"unknown toy world {name!r}; use one of {[TOYWORLD_PREFIX + s for s in SIZES]}")
-    if part not in ("", "draft"):
-        raise DistillError(f"{name!r}: a toy world holds a target and a draft LM; use {TOYWORLD_PREFIX}{size}/draft")
-    if part and size not in SIBLINGS:
-        with_draft = [f"{TOYWORLD_PREFIX}{s}/draft" for s in SIBLINGS]
-        raise DistillError(f"the toy world {size} builds no draft LM; use one of {with_draft}")
-    return size, bool(part)
-
-
-def toyworld_prompts(name_or_path: str, split: str):
-    """The toy world's prompt file for `split`, or None when the target is not a toy world."""
-    if not name_or_path.startswith(TOYWORLD_PREFIX):
-        return None
-    from distill.toyworld import SIZES, load_world
-    from distill.toyworld.build import world_splits
-
-    size = toyworld_model(name_or_path)[0]
-    splits = world_splits(SIZES[size])  # known before the world is built
-    if split not in splits:
-        raise DistillError(f"the toy world {size} has prompt splits {list(splits)}, not {split!r}; set data.split")
-    return load_world(size).prompts_file(split)
-
-
-def toyworld_corpus(name_or_path: str) -> list[str] | None:
-    """The toy world's own training texts (its train-split source files), or None for other targets."""
-    if not name_or_path.startswith(TOYWORLD_PREFIX):
-        return None
-    from distill.toyworld import SIZES, corpus
-
-    train_files, _ = corpus.list_sources()
-    return [f.text for f in corpus.take_bytes(train_files, SIZES[toyworld_model(name_or_path)[0]].corpus_bytes)]
+from distill.targets import resolve_target, source_of, target_ref
 
 
 def torch_dtype(name: str):
@@ -93,7 +29,7 @@ def target_context(cfg: TargetConfig) -> int | None:
 
     try:
         config = AutoConfig.from_pretrained(
-            resolve_target(cfg.name_or_path), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
+            resolve_target(cfg), revision=cfg.revision, trust_remote_code=cfg.trust_remote_code
         )
     except (OSError, ValueError) as e:
         raise DistillError(
@@ -104,7 +40,7 @@ def target_context(cfg: TargetConfig) -> int | None:
 
 
 def load_tokenizer(cfg: TargetConfig):
-    path = resolve_target(cfg.name_or_path)
+    path = resolve_target(cfg)
     if path.startswith(("/", "./", "../", "~")) and not Path(path).expanduser().exists():
         raise DistillError(f"target.name_or_path={path} does not exist; give a local HF model directory or a Hub id")
     try:
@@ -128,7 +64,7 @@ def load_target(cfg: TargetConfig, device: torch.device | str | None = "cpu", *,
     """The frozen target in eval mode on `device` (None: where loading put it, for a sharder to place).
 
     setting: what a load failure tells the user to fix (python -m eval names its target_path)."""
-    path = resolve_target(cfg.name_or_path)
+    path = resolve_target(cfg)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path,
@@ -178,7 +114,7 @@ def eos_token_ids_of(cfg: TargetConfig, tokenizer) -> set[int]:
     from transformers import GenerationConfig
 
     try:
-        generation = GenerationConfig.from_pretrained(resolve_target(cfg.name_or_path), revision=cfg.revision)
+        generation = GenerationConfig.from_pretrained(resolve_target(cfg), revision=cfg.revision)
     except OSError:  # no generation_config.json: the tokenizer's end token
         return {tokenizer.eos_token_id}
     return eos_token_ids(type("Target", (), {"generation_config": generation}), tokenizer)
@@ -195,15 +131,12 @@ def padding_id(tokenizer, eos_ids=()) -> int:
     return 0
 
 
-def target_config(name_or_path: str, trust_remote_code: bool = False) -> PretrainedConfig:
-    """The target's config from a local directory, the toy world, the HF cache, or KNOWN_TARGETS — never the network."""
-    if name_or_path.startswith(TOYWORLD_PREFIX):
-        from distill.toyworld.config import SIBLINGS, SIZES
-        from distill.toyworld.target import sibling_config
-        from distill.toyworld.target import target_config as toy_config
-
-        size, draft = toyworld_model(name_or_path)
-        return toy_config(sibling_config(SIZES[size], SIBLINGS[size]) if draft else SIZES[size])
+def target_config(target, trust_remote_code: bool = False) -> PretrainedConfig:
+    """The target's config (`target`: a name or a TargetConfig) from a local directory, its source (a toy world, a
+    GGUF's header), the HF cache, or KNOWN_TARGETS — never the network for a Hub id."""
+    if source := source_of(target):
+        return source.config(target_ref(target))
+    name_or_path = target_ref(target).name
     if Path(name_or_path, "config.json").is_file():
         return AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     if name_or_path in KNOWN_TARGETS:

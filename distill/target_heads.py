@@ -17,7 +17,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
 from distill.config import TargetConfig
 from distill.errors import DistillError
-from distill.target import resolve_target, torch_dtype
+from distill.target import torch_dtype
+from distill.targets import resolve_target
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -36,7 +37,7 @@ def final_norm(model: torch.nn.Module) -> torch.nn.Module:
 
 def load_target_heads(cfg: TargetConfig, device: torch.device | str = "cpu") -> torch.nn.Module:
     """The target model with only its embeddings, final norm and lm_head materialised on `device`, frozen."""
-    path = resolve_target(cfg.name_or_path)
+    path = resolve_target(cfg)
     config = AutoConfig.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     dtype = torch_dtype(cfg.dtype)
     with torch.device("meta"):

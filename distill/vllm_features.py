@@ -21,8 +21,8 @@ import torch
 from distill.config import TargetConfig
 from distill.errors import DistillError
 from distill.feature_store import write_shards
-from distill.target import resolve_target
 from distill.target_heads import final_norm
+from distill.targets import resolve_target
 
 
 def write_vllm_features(
@@ -102,7 +102,7 @@ class _Extractor:
             else {"kv_connector": "CpuHiddenStatesConnector", "kv_connector_module_path": "distill.vllm_connector"}
         )
         self.llm = LLM(
-            model=resolve_target(target.name_or_path),
+            model=resolve_target(target),
             revision=target.revision,
             dtype=target.dtype,
             trust_remote_code=target.trust_remote_code,

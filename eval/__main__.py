@@ -40,7 +40,8 @@ class EvalAppConfig:
     # ShareGPT turns); None = the first of messages, conversations, turns, prompt
     prompts_column: Optional[str] = None
     out_dir: str = MISSING  # where the report goes
-    target_path: Optional[str] = None  # target name or path; None = the one in drafter/drafthub.json
+    target_path: Optional[str] = None  # target name or path (a .gguf file too); None = the one in drafthub.json
+    target_gguf_file: Optional[str] = None  # a GGUF file inside target_path (a directory or Hub repo)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     trust_remote_code: bool = False  # only for targets whose code you trust
     # Jinja template for the prompts; None = the drafter's training template (drafthub.json), else the tokenizer's
@@ -117,6 +118,14 @@ def _record(drafter: Path, report: dict, out_dir: Path, target_name: str, from_p
             f"{out_dir})"
         ) from None
     print(f"recorded this report in {drafter / 'drafthub.json'}: the publish gate can now check it")
+
+
+def _gguf_dequantized(target_name: str, gguf_file: Optional[str]) -> str:
+    """A GGUF target as the directory it is dequantized into once (distill/targets/gguf.py); other names as given."""
+    from distill.targets import TargetRef, gguf
+
+    ref = TargetRef(target_name, gguf_file)
+    return gguf.resolve(ref) if gguf.claims(ref) else target_name
 
 
 def _load_target(app: EvalAppConfig, drafter: Path, target_name: str):
@@ -206,7 +215,7 @@ def main(cfg) -> None:
             raise EvalError(f"drafter_dir={drafter} is not a directory; pass an exported drafter directory")
         rows = read_prompts(app.prompts, app.split, column=app.prompts_column, prompts_key="prompts", split_key="split")
         family_of_export(drafter)  # a directory no family reads is refused before the target loads
-        target_name = app.target_path or _target_of(drafter)
+        target_name = _gguf_dequantized(app.target_path or _target_of(drafter), app.target_gguf_file)
         tokenizer, target = _load_target(app, drafter, target_name)
         proposer, kind = load_proposer(drafter, target, len(tokenizer), app.eval, target.device)
         limit, room = app.eval.num_prompts + app.eval.warmup_prompts, prompt_room(target, proposer, app.eval)

@@ -81,6 +81,7 @@ def build_report(m: Measurements, cfg: EvalConfig, names: dict, engine: Engine) 
         else ("measured speed-up" if basis == "speedup" else "predicted from τ and cost (timing was noisy)"),
         "gamma_sweep": sweep if len(sweep) > 1 else [],
         "categories": category_figures(m, cfg.num_speculative_tokens),
+        "workloads": workload_figures(m, cfg.num_speculative_tokens),
         "settings": {**asdict(cfg), "num_prompts": len(m.prompts), "device": str(m.device)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -96,9 +97,22 @@ def category_figures(m: Measurements, gamma: int) -> dict:
     (prompts, new_tokens, steps, accepted and proposed drafts) sums over the categories to the total's."""
     if all(c is None for c in m.categories):
         return {}
+    return _grouped_figures(m, gamma, m.categories)
+
+
+def workload_figures(m: Measurements, gamma: int) -> dict:
+    """Per benchmark where the categories name theirs (`mt_bench/coding`, `humaneval`: benchmarks read by name),
+    the category figures' definitions over all its prompts; {} when no category names a benchmark."""
+    if not any(c and "/" in c for c in m.categories):
+        return {}
+    return _grouped_figures(m, gamma, [c.split("/")[0] if c else c for c in m.categories])
+
+
+def _grouped_figures(m: Measurements, gamma: int, labels: list) -> dict:
+    """category_figures over the prompts' `labels` (a batch holds one category, hence one label)."""
     out = {}
-    for name in dict.fromkeys(m.categories):  # in order of first appearance
-        picks = [b for b, (start, _) in enumerate(m.batches) if m.categories[start] == name]
+    for name in dict.fromkeys(labels):  # in order of first appearance
+        picks = [b for b, (start, _) in enumerate(m.batches) if labels[start] == name]
         spec_tokens, spec_seconds = ([m.spec_runs[gamma][b][i] for b in picks] for i in (0, 1))
         # both baseline repeats, as the total's denominator
         base_tokens, base_seconds = ([m.base_runs[0][b][i] + m.base_runs[1][b][i] for b in picks] for i in (0, 1))
@@ -223,6 +237,8 @@ block is drafted in one).
 
 ![τ and speedup vs γ](gamma_sweep.png)
 """
+    if r.get("workloads"):
+        text += _categories_markdown(r["workloads"], s["num_speculative_tokens"] if not s["tree"] else None, "workload")
     if r.get("categories"):
         text += _categories_markdown(r["categories"], s["num_speculative_tokens"] if not s["tree"] else None)
     if "served" in r:
@@ -230,18 +246,19 @@ block is drafted in one).
     return text + load_section(r.get("serving_load"))
 
 
-def _categories_markdown(categories: dict, gamma) -> str:
-    """Per category (the rows' `category`: Spec-Bench's six, MT-Bench's eight), the headline figures."""
+def _categories_markdown(categories: dict, gamma, kind: str = "category") -> str:
+    """Per category (the rows' `category`: Spec-Bench's six, MT-Bench's eight), or per workload (the benchmark
+    the categories name), the headline figures."""
     rows = "\n".join(
         f"| {name} | {c['prompts']} | {c['tau']:.3f} | {c['alpha']:.3f} | {speedup_text(c)} |"
         for name, c in categories.items()
     )
     at = f"γ = {gamma}" if gamma else "the tree"
     return f"""
-## Per category
-The prompts' categories, each measured at {at} on its own batches; the speed-up carries its 95% interval over them.
+## Per {kind}
+The prompts' {kind}s, each measured at {at} on its own batches; the speed-up carries its 95% interval over them.
 
-| category | prompts | τ | α | speedup |
+| {kind} | prompts | τ | α | speedup |
 |---|---|---|---|---|
 {rows}
 """

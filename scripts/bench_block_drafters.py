@@ -70,7 +70,8 @@ def _adaptive(out: Path, threshold: float, gamma: int) -> dict:
     """The DSpark export measured by `python -m eval` with the confidence head cutting blocks at `threshold`."""
     run_dir = out / "toy_dspark"
     meta = json.loads((run_dir / "eval" / "eval_report.json").read_text())
-    from distill.target import resolve_target, toyworld_prompts
+    from distill.targets import resolve_target
+    from distill.targets.toyworld import toyworld_prompts
 
     dest = out / f"adaptive_{threshold}"
     if not (dest / "eval_report.json").exists():
@@ -99,7 +100,7 @@ def _drafting_cost(out: Path, gamma: int, repeats: int = 30) -> dict:
     from transformers import AutoModelForCausalLM
 
     from distill.features import layer_features
-    from distill.target import resolve_target
+    from distill.targets import resolve_target
     from eval.proposer import TargetFeatures
     from eval.proposers.dspark import DSparkProposer
     from eval.sampling import SamplingParams

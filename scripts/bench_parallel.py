@@ -41,7 +41,8 @@ def main() -> None:
 
     from distill.config import TargetConfig
     from distill.prompts import load_conversations
-    from distill.target import eos_token_ids, load_target, load_tokenizer, toyworld_prompts
+    from distill.target import eos_token_ids, load_target, load_tokenizer
+    from distill.targets.toyworld import toyworld_prompts
     from eval.config import EvalConfig
     from eval.metrics import Tally, decode_figures
     from eval.prompts import prompt_ids

@@ -36,7 +36,7 @@ def _newest_toy_drafter() -> Path | None:
 
 def _prompts(tokenizer, target_name: str, count: int) -> list[list[int]]:
     from distill.prompts import load_conversations
-    from distill.target import toyworld_prompts
+    from distill.targets.toyworld import toyworld_prompts
     from eval.prompts import prompt_ids
 
     convs = load_conversations("toyworld", "heldout", toyworld_prompts(target_name, "heldout"))
@@ -74,7 +74,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from distill.config import TargetConfig
-    from distill.target import load_tokenizer, resolve_target
+    from distill.target import load_tokenizer
+    from distill.targets import resolve_target
     from eval.metrics import Tally, decode_figures
     from eval.proposers.draft_lm import DraftLMProposer
     from eval.sampling import SamplingParams

@@ -93,7 +93,8 @@ def _train(recipe: str, run_dir: Path, device: str, quick: bool, serve: str | No
 
 def _cpu_tau(run_dir: Path, report: dict) -> float:
     """τ of the same export measured by `python -m eval` on the CPU in fp32, on the same prompts."""
-    from distill.target import resolve_target, toyworld_prompts
+    from distill.targets import resolve_target
+    from distill.targets.toyworld import toyworld_prompts
 
     s = report["settings"]
     out = run_dir / "eval_cpu"

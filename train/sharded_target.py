@@ -21,7 +21,8 @@ import torch
 from transformers import AutoConfig
 
 from distill.config import TargetConfig
-from distill.target import load_target, resolve_target
+from distill.target import load_target
+from distill.targets import resolve_target
 from train.errors import PipelineError
 
 SHARDINGS = ("auto", "replicate", "zero3", "fsdp")
@@ -55,7 +56,7 @@ def _zero3_config(cfg: TargetConfig) -> dict:
     """An inference-only ZeRO-3 config: no optimizer, every parameter partitioned (none kept whole)."""
     dtype = cfg.dtype
     if dtype == "auto":
-        config = AutoConfig.from_pretrained(resolve_target(cfg.name_or_path), revision=cfg.revision)
+        config = AutoConfig.from_pretrained(resolve_target(cfg), revision=cfg.revision)
         dtype = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
     return {
         "train_micro_batch_size_per_gpu": 1,  # DeepSpeed asks for it; the target is never trained

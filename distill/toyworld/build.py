@@ -23,6 +23,7 @@ from filelock import FileLock
 from transformers import PreTrainedTokenizerFast
 
 from distill.device import default_device
+from distill.inputs import cache_root
 from distill.toyworld import corpus, tasks
 from distill.toyworld.config import SIZES, WorldConfig
 from distill.toyworld.target import build_target, heldout_loss, train_target
@@ -68,10 +69,6 @@ class ToyWorld:
     @property
     def info(self) -> dict:
         return json.loads((self.root / "world.json").read_text())
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("DRAFTHUB_CACHE", Path.home() / ".cache" / "drafthub"))
 
 
 def _world_key(cfg: WorldConfig, corpus_digest: str) -> str:

@@ -220,6 +220,7 @@ def served_check(
         "engine_version": server_version(),
         "method": spec["method"],
         "server_args": spec["args"],
+        "target_gguf": str(target_gguf),  # a GGUF target's own file, or the target converted once
         "num_speculative_tokens": gamma,
         **figures,
         **(speed or {}),

@@ -31,6 +31,7 @@ from heads.formats import Consumer
 ENGINE = "llamacpp"
 SUBDIR = "gguf"
 DRAFT_FILE = "draft.gguf"
+GGUF_SOURCE = "gguf_source.json"  # in a target directory dequantized from a GGUF file: that file, its size and digest
 PACKAGE, VERSION = "llama-cpp-python", "0.3.36"  # its sdist vendors llama.cpp at commit 0c1e57098 (MIT)
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"  # checked after each download
 BUILD_HINT = "build it once with `python scripts/build_llamacpp.py` (~20 min on 2 cores) or put llama-server on PATH"
@@ -40,7 +41,7 @@ GPT2_PRE_TOKENIZER = {"type": "ByteLevel", "add_prefix_space": False, "use_regex
 # what the tokenizer check tokenizes both ways: whitespace runs, digits, contractions, code, non-Latin scripts
 TOKENIZER_SAMPLE = (
     "Hello world! It's 2026, and we've been told he'd said 'RE you sure?'",
-    "def add(a, b):\n    return a + b\n\n\n\tif x  ==  3.14159:\n        print(f'{x!r}')\n",
+    "def add(a, b):\n    return a + b\n\n\n\tif x  ==  3.14159:\n        print(f'{x!r}', re.sub(r'[ \\t]+', ' ', s))\n",
     "  leading spaces,   runs of   spaces\n\n\nand newlines \r\n numbers 1 22 333 4444 55555 1234567",
     "Ünïcödé — naïve café, 日本語のテキスト, нещо на Български, emoji 🚀🦙 and ----====....!!!???",
     '<|im_start|> looks special but is text here; </s> too. JSON: {"k": [1, 2, 3], "v": null}',
@@ -172,13 +173,23 @@ def _run_converter(args: list[str], pre: str, out: Path, *, what) -> None:
         raise HeadsError(f"llama.cpp's converter refused {what}: {why.strip()}")
 
 
-def llama_cpp_ids(vocab_gguf: Path, text: str) -> list[int]:
-    """llama.cpp's token ids for `text` (llama-tokenize, no BOS, special tokens not parsed)."""
+def llama_cpp_ids(vocab_gguf: Path, text: str, *, parse_special: bool = False) -> list[int]:
+    """llama.cpp's token ids for `text` (llama-tokenize, no BOS; special tokens parsed only when asked)."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as f:
         f.write(text)
         f.flush()
-        argv = [str(tool("llama-tokenize")), "-m", str(vocab_gguf), "-f", f.name]
-        done = subprocess.run(argv + ["--ids", "--no-bos", "--no-parse-special", "--log-disable"], capture_output=True)
+        argv = [
+            str(tool("llama-tokenize")),
+            "-m",
+            str(vocab_gguf),
+            "-f",
+            f.name,
+            "--ids",
+            "--no-bos",
+            "--no-escape",
+            "--log-disable",
+        ]
+        done = subprocess.run(argv + ([] if parse_special else ["--no-parse-special"]), capture_output=True)
     if done.returncode != 0:
         raise HeadsError(f"llama-tokenize failed on {vocab_gguf}: {done.stderr.decode(errors='replace')[-300:]}")
     return json.loads(done.stdout.decode().strip().splitlines()[-1])
@@ -205,15 +216,36 @@ def _check_tokenizer(tokenizer_dir: Path, pre: str, texts: tuple[str, ...], toke
         vocab = Path(tmp) / "vocab.gguf"
         _run_converter([str(tokenizer_dir), "--outfile", str(vocab), "--vocab-only"], pre, vocab, what=tokenizer_dir)
         for text in texts:
-            ours, theirs = reference.encode(text, add_special_tokens=False), llama_cpp_ids(vocab, text)
-            if ours != theirs:
-                at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+            if (
+                at := _first_difference(reference.encode(text, add_special_tokens=False), llama_cpp_ids(vocab, text))
+            ) is not None:
                 raise HeadsError(
                     f"llama.cpp would tokenize differently from {tokenizer_dir}'s tokenizer (declared pre-tokenizer "
                     f"{pre!r}; first difference at token {at} of {text[:40]!r}); its GGUF would serve other ids: "
                     f"teach llama.cpp this tokenizer (convert_hf_to_gguf_update.py) or leave llamacpp out of "
                     "publish.engines"
                 )
+
+
+def _first_difference(ours: list[int], theirs: list[int]) -> Optional[int]:
+    """The first position where two id lists differ (the shorter one's length if one extends the other); None: equal."""
+    if ours == theirs:
+        return None
+    return next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+
+
+def check_gguf_tokenizer(tokenizer, gguf_file: Path, texts: tuple[str, ...] = TOKENIZER_SAMPLE) -> None:
+    """The tokenizer transformers built from `gguf_file` gives llama.cpp's own ids on every sample text (special
+    tokens parsed both ways, as a chat template's text is), so a drafter trained on its ids is served the same ids.
+    Where llama-tokenize is not built there is nothing to check against: the caller records that."""
+    for text in texts:
+        theirs = llama_cpp_ids(gguf_file, text, parse_special=True)
+        if (at := _first_difference(tokenizer.encode(text, add_special_tokens=False), theirs)) is not None:
+            raise HeadsError(
+                f"transformers reads the tokenizer of {gguf_file.name} differently from llama.cpp (first difference at "
+                f"token {at} of {text[:40]!r}), so a drafter would learn ids llama-server never serves; give the "
+                "model's Hugging Face directory (with its tokenizer.json) as target.name_or_path instead"
+            )
 
 
 def local_dir(target: str) -> Path:
@@ -225,10 +257,35 @@ def local_dir(target: str) -> Path:
     return Path(snapshot_download(target, allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model"]))
 
 
+def source_gguf(target_dir: Path) -> Optional[Path]:
+    """The GGUF a target directory was dequantized from (its GGUF_SOURCE record), if it is still there: llama-server
+    serves that file as its user would, quantized. None for any other directory."""
+    record = Path(target_dir) / GGUF_SOURCE
+    if not record.is_file():
+        return None
+    info = json.loads(record.read_text())
+    original = Path(info["gguf"])
+    if not original.is_file() or original.stat().st_size != info["size"]:
+        print(
+            f"[llamacpp] {original}, which {target_dir} was dequantized from, is gone or changed: llama-server "
+            "serves the dequantized weights converted back instead",
+            file=sys.stderr,
+        )
+        return None
+    if not info.get("tokenizer_checked") and tool("llama-tokenize") is not None:
+        from transformers import AutoTokenizer
+
+        check_gguf_tokenizer(AutoTokenizer.from_pretrained(str(target_dir)), original)
+    return original
+
+
 def target_gguf(target_dir: Path, cache: Path) -> Path:
-    """The target converted the same way, once per target files (cached under `cache`, atomically)."""
+    """The GGUF llama-server serves as the target: the original of a target dequantized from one, else the target
+    converted the same way as the drafter, once per target files (cached under `cache`, atomically)."""
     from heads.formats.fingerprint import served_files_hash
 
+    if original := source_gguf(target_dir):
+        return original
     out = cache / f"target-{served_files_hash(target_dir)[:16]}.gguf"
     if not out.is_file():
         cache.mkdir(parents=True, exist_ok=True)

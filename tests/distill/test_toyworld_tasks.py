@@ -188,7 +188,7 @@ def test_humaneval_workload_reads_the_installed_package(task_world):
 
 def test_a_workload_split_the_world_lacks_is_one_clear_error(micro_world):
     from distill.errors import DistillError
-    from distill.target import toyworld_prompts
+    from distill.targets.toyworld import toyworld_prompts
 
     with pytest.raises(DistillError, match=r"the toy world micro has prompt splits \['train', 'heldout', "):
         toyworld_prompts("toyworld:micro", "edit")

@@ -52,3 +52,44 @@ def test_per_category_figures_sum_to_the_totals(tmp_path, target, weak_draft, to
     assert json.loads((tmp_path / "eval_report.json").read_text())["categories"] == per
     plain = evaluate(target, proposer, prompt_ids[:2], cfg, eos, len(tokenizer), names, progress=False)
     assert plain["categories"] == {} and "Per category" not in render_markdown(plain)
+
+
+def test_benchmarks_named_by_their_categories_get_figures_of_their_own(target, weak_draft, tokenizer, prompt_ids):
+    """`mt_bench+humaneval` rows carry `mt_bench/<category>` and `humaneval`: the report adds one row per benchmark,
+    by the categories' definitions over all its prompts, so its counters are its categories' sums."""
+    categories = ["mt_bench/writing", "mt_bench/writing", "mt_bench/coding", "humaneval", "humaneval", "humaneval"]
+    cfg = EvalConfig(num_prompts=6, max_new_tokens=8, num_speculative_tokens=3, gamma_sweep=[], batch_size=2)
+    cfg.warmup_prompts = 0
+    names = {"target": "toyworld:micro", "drafter": "weak", "kind": "draft_lm"}
+    proposer = DraftLMProposer(weak_draft, len(tokenizer))
+    report = evaluate(
+        target,
+        proposer,
+        prompt_ids,
+        cfg,
+        {tokenizer.eos_token_id},
+        len(tokenizer),
+        names,
+        progress=False,
+        categories=categories,
+    )
+    workloads, per = report["workloads"], report["categories"]
+    assert list(workloads) == ["mt_bench", "humaneval"] and [w["prompts"] for w in workloads.values()] == [3, 3]
+    for key in (*COUNTERS, "new_tokens"):
+        assert workloads["mt_bench"][key] == per["mt_bench/writing"][key] + per["mt_bench/coding"][key], key
+        assert workloads["humaneval"][key] == per["humaneval"][key]
+    assert workloads["mt_bench"]["tau"] == workloads["mt_bench"]["new_tokens"] / workloads["mt_bench"]["steps"]
+    text = render_markdown(report)
+    assert "## Per workload" in text and "| mt_bench | 3 |" in text and "| mt_bench/coding | 1 |" in text
+    plain = evaluate(
+        target,
+        proposer,
+        prompt_ids[:2],
+        cfg,
+        {tokenizer.eos_token_id},
+        len(tokenizer),
+        names,
+        progress=False,
+        categories=["writing", "qa"],
+    )
+    assert plain["workloads"] == {} and "Per workload" not in render_markdown(plain)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Optional
 
 from distill.shards import load_distilled
-from distill.target import eos_token_ids, load_target, load_tokenizer, resolve_target
+from distill.target import eos_token_ids, load_target, load_tokenizer
+from distill.targets import resolve_target
 from eval.claims import DIGEST, figures_digest
 from eval.measure_export import measure_export
 from eval.prompts import Answer, MeasuredPrompts, measured_prompts, prompt_room, target_answers
@@ -33,7 +34,7 @@ def export_drafter(run: Run, family: Family, tokenizer, target) -> str:
         tokenizer=tokenizer,
         # a verifier other tools load: the toy world's directory, not its alias (the revision is in drafthub.json)
         verifier={
-            "name_or_path": resolve_target(cfg.target.name_or_path),
+            "name_or_path": resolve_target(cfg.target),
             "architectures": list(target.config.architectures or []),
         },
         num_speculative_tokens=cfg.eval.num_speculative_tokens,
@@ -124,7 +125,7 @@ def eval_stage(run: Run) -> dict:
         vocab_size=vocab_size,
         eos_ids=eos_ids,
         out_dir=paths.eval,
-        serve_target=resolve_target(cfg.target.name_or_path),  # a loadable path, not a toy world's alias
+        serve_target=resolve_target(cfg.target),  # a loadable path, not a toy world's alias
         trust_remote_code=cfg.target.trust_remote_code,
         categories=prompts.categories,
     )

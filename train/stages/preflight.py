@@ -122,7 +122,7 @@ def _check_against_target(family, cfg: RunConfig) -> None:
     from distill.target import target_config
 
     try:
-        config = target_config(cfg.target.name_or_path, cfg.target.trust_remote_code)
+        config = target_config(cfg.target, cfg.target.trust_remote_code)
     except DistillError:
         return
     family.check_target(cfg.drafter, config)
@@ -142,9 +142,10 @@ def _check_tokenizer(cfg: RunConfig, text_config) -> None:
 
     A toy world not built yet is not built here (minutes, before settings checked later could refuse the run):
     drafthub builds its tokenizer to fit."""
-    from distill.target import eos_token_ids_of, load_tokenizer, resolve_built_target
+    from distill.target import eos_token_ids_of, load_tokenizer
+    from distill.targets import resolve_built_target
 
-    target = resolve_built_target(cfg.target.name_or_path)
+    target = resolve_built_target(cfg.target)
     if target is None or not Path(target).is_dir():
         return  # a Hub id not downloaded yet (the distill stage loads and checks it), or a toy world to build
     tokenizer = load_tokenizer(cfg.target)

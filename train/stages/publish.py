@@ -9,7 +9,8 @@ import time
 
 from distill.chat import tokenizer_hash
 from distill.shards import load_distilled
-from distill.target import load_tokenizer, resolve_target
+from distill.target import load_tokenizer
+from distill.targets import resolve_target
 from eval.report import SAMPLES, read_samples
 from heads.families import get_family, write_provenance
 from heads.formats.fingerprint import LOAD_PLOT_FILE, served_files_hash
@@ -35,7 +36,7 @@ def provenance(run: Run, report: dict) -> dict:
         "stage_hash": run.stage_hash,
         "kind": family.kind,
         "model_name": cfg.publish.model_name or f"{cfg.recipe_name}-{family.kind}",
-        "target": target | {"resolved": resolve_target(cfg.target.name_or_path)},
+        "target": target | {"resolved": resolve_target(cfg.target)},
         "tokenizer_hash": tokenizer_hash(load_tokenizer(cfg.target)),
         "data_manifest_hash": manifest.get("config_hash"),
         "training_data": summary.get("training_data"),  # size, source and policy behind the τ (None: untrained)

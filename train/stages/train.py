@@ -11,8 +11,9 @@ import torch
 from accelerate.utils import DistributedType
 
 from distill.shards import load_distilled
-from distill.target import load_tokenizer, padding_id, resolve_target
+from distill.target import load_tokenizer, padding_id
 from distill.target_heads import load_target_heads
+from distill.targets import resolve_target
 from heads.formats.staging import atomic_write_text, staged_directory
 from train.data import LengthCut, length_cut
 from train.distributed import assign_state, build_accelerator, full_state_dict, launched_processes

@@ -1,0 +1,44 @@
+"""The whole pipeline on a GGUF target whose prompts the target wrote itself (Magpie), measured on a benchmark by
+name: what `target=smollm2` runs, on the micro target written as a GGUF by the tests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from distill.inputs import file_digest
+from tests.cli_runs import run_app
+from tests.gguf_files import write_gguf
+
+
+@pytest.mark.slow
+def test_a_gguf_target_distils_magpie_requests_trains_and_is_measured_on_humaneval(micro_world, tmp_path):
+    target = write_gguf(micro_world.target_dir, tmp_path / "micro.gguf")
+    argv = [
+        "target=hf",
+        f"target.name_or_path={target}",
+        "target.dtype=float32",
+        "data.prompts=magpie",
+        "data.max_prompts=8",
+        "data.holdout=0",  # eval measures HumanEval: nothing of the requests to hold out
+        "data.sampling.max_new_tokens=8",
+        "eval_prompts=humaneval",
+        "trainer.max_steps=2",
+        "trainer.batch_size=4",
+        "eval.num_prompts=2",
+        "eval.warmup_prompts=0",
+        "eval.max_new_tokens=8",
+        "eval.gamma_sweep=[]",
+        "stages=[distill,train,eval]",
+        f"run_dir={tmp_path / 'run'}",
+    ]
+    code, out, err = run_app("train", argv)
+    assert code == 0, err[-2000:]
+    manifest = json.loads((tmp_path / "run" / "data" / "manifest.json").read_text())
+    assert manifest["counts"]["samples"] == 8, manifest
+    assert manifest["inputs"]["target"] == file_digest(target)
+    assert (tmp_path / "run" / "data" / "magpie.jsonl").is_file()
+    report = json.loads((tmp_path / "run" / "eval" / "eval_report.json").read_text())
+    assert report["lossless"] is True and report["prompts"]["overlap"] == 0
+    assert list(report["categories"]) == ["humaneval"]
