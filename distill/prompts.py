@@ -19,6 +19,7 @@ Bad input is one DistillError naming the file, its line or row, and the setting 
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import re
 import zlib
@@ -46,6 +47,18 @@ class PromptSet:
 
     conversations: list[list[dict]]  # {role, content} messages; an owed answer has content None (a `turns` row)
     categories: list[Optional[str]]  # per conversation, its row's `category`; None = none given
+
+    def across_categories(self) -> PromptSet:
+        """The conversations taken from each category in turn (every category's first, then every second, …), so
+        that the first N of them cover every category, as eval.num_prompts takes them; unchanged with fewer than
+        two categories."""
+        groups: dict[Optional[str], list[int]] = {}
+        for i, category in enumerate(self.categories):
+            groups.setdefault(category, []).append(i)
+        if len(groups) < 2:
+            return self
+        order = [i for rank in itertools.zip_longest(*groups.values()) for i in rank if i is not None]
+        return PromptSet([self.conversations[i] for i in order], [self.categories[i] for i in order])
 
 
 class _Keys(NamedTuple):

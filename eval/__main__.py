@@ -214,6 +214,7 @@ def main(cfg) -> None:
         if not drafter.is_dir():
             raise EvalError(f"drafter_dir={drafter} is not a directory; pass an exported drafter directory")
         rows = read_prompts(app.prompts, app.split, column=app.prompts_column, prompts_key="prompts", split_key="split")
+        rows = rows.across_categories()  # as the pipeline's eval takes them: every category within eval.num_prompts
         family_of_export(drafter)  # a directory no family reads is refused before the target loads
         target_name = _gguf_dequantized(app.target_path or _target_of(drafter), app.target_gguf_file)
         tokenizer, target = _load_target(app, drafter, target_name)

@@ -133,6 +133,7 @@ def eval_conversations(cfg: RunConfig, limit: int, tokenizer=None) -> tuple[Eval
         rows = _pick(rows, heldout_indices(len(rows.conversations), cfg.data.holdout, cfg.data.holdout_seed))
     if tokenizer is not None:
         rows = templated(rows, tokenizer)
+    rows = rows.across_categories()  # eval.num_prompts of MT-Bench: every category, not the first one's ten
     return src, _pick(rows, range(min(limit, len(rows.conversations))))
 
 

@@ -193,21 +193,32 @@ def served_check(
         target_gguf, spec["args"], prompts, cfg, logs=logs, differs=differs
     )
     shutil.rmtree(logs, ignore_errors=True)
+    # a quantized original (Q4_1) is another model than the dequantized weights we decode: llama-server's own output
+    # without the drafter is then what its output with the drafter must equal
+    quantized = llamacpp.served_quantization(llamacpp.local_dir(target))
+    engine_same = {i for i, alone in without.items() if quantized and alone == outputs[i]}
     outputs = [with_end_token(o, r, eos_ids) for o, r in zip(outputs, reference)]
     figures = served_figures(drafts, accepted, per_pos, gamma, draft_tokens)
     equal = [o == r for o, r in zip(outputs, reference)]
     ties = {} if target_model is None else near_ties(target_model, prompts, outputs, reference)
     # a near-tie the engine resolves the same way without the drafter: its numerics, not the drafter's doing
     engine_ties = {i for i in ties if with_end_token(without[i], reference[i], eos_ids) == outputs[i]}
+    engine_same -= engine_ties
     status, why = verdict(
         ours_section(ours)["tau"],
         figures["tau"],
-        sum(equal) + len(engine_ties),
+        sum(equal) + len(engine_ties | engine_same),
         len(prompts),
         cfg.served_tolerance,
         engine="llama.cpp",
         rule_difference=consumer.rule_difference,
     )
+    if quantized:
+        why += (
+            f"; llama-server serves the target's own GGUF ({'/'.join(quantized)}), whose greedy output left the "
+            f"dequantized weights' on {len(without)} prompts: {len(engine_same)} of them equal llama-server's own "
+            "output without the drafter (counted as equal: the quantized model, not the drafter)"
+        )
     if ties:
         gaps = ", ".join(f"{ties[i]:.5f}" for i in sorted(ties))
         why += (
@@ -221,11 +232,13 @@ def served_check(
         "method": spec["method"],
         "server_args": spec["args"],
         "target_gguf": str(target_gguf),  # a GGUF target's own file, or the target converted once
+        "target_quantization": quantized,  # its quantized tensor types: outputs then compared with its own
         "num_speculative_tokens": gamma,
         **figures,
         **(speed or {}),
         "ours": ours_section(ours),
         "equal_prompts": sum(equal),
+        "equal_to_engine_alone": len(engine_same),  # a quantized target: equal to llama-server without the drafter
         "num_prompts": len(prompts),
         "near_ties": {str(i): {"gap": gap, "same_without_drafter": i in engine_ties} for i, gap in ties.items()},
         "tolerance": cfg.served_tolerance,

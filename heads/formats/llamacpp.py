@@ -279,6 +279,15 @@ def source_gguf(target_dir: Path) -> Optional[Path]:
     return original
 
 
+def served_quantization(target_dir: Path) -> list[str]:
+    """The quantized tensor types (Q4_1, Q8_0, …) of the original GGUF llama-server serves for `target_dir`; [] when
+    it serves float weights (a conversion, or a float GGUF): then its numerics are ours."""
+    if source_gguf(target_dir) is None:
+        return []
+    types = json.loads((Path(target_dir) / GGUF_SOURCE).read_text()).get("tensor_types", [])
+    return [t for t in types if t not in ("F32", "F16", "BF16")]
+
+
 def target_gguf(target_dir: Path, cache: Path) -> Path:
     """The GGUF llama-server serves as the target: the original of a target dequantized from one, else the target
     converted the same way as the drafter, once per target files (cached under `cache`, atomically)."""

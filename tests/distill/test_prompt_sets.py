@@ -46,3 +46,14 @@ def test_a_file_named_like_a_benchmark_is_read_as_the_file(tmp_path, monkeypatch
     (tmp_path / "humaneval").write_text('{"messages": [{"role": "user", "content": "mine"}]}\n')
     assert not is_prompt_set("humaneval") and is_prompt_set("mt_bench+humaneval")
     assert read_prompts("humaneval", None).conversations == [[{"role": "user", "content": "mine"}]]
+
+
+def test_the_first_prompts_of_a_benchmark_cover_every_category(mt_bench):
+    """eval.num_prompts=16 of MT-Bench measures two prompts (one question's two turns) of each of its 8 categories,
+    not the first ten writing questions; a set with one category keeps its order."""
+    rows = mt_bench.across_categories()
+    assert len(set(rows.categories[:8])) == 8 and sorted(rows.categories) == sorted(mt_bench.categories)
+    assert rows.conversations[0] == mt_bench.conversations[0]  # each category's own order is kept
+    assert rows.conversations[8] == mt_bench.conversations[1]
+    humaneval = read_prompts("humaneval", None)
+    assert humaneval.across_categories() is humaneval

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gguf import GGMLQuantizationType as gguf_types
 
 from eval.config import LlamaCppServeConfig
 from eval.errors import EvalError
@@ -285,3 +286,38 @@ def test_pipeline_serves_its_gguf_export_with_llama_cpp_and_publishes_it(tmp_pat
     card = (run_dir / "drafter" / "README.md").read_text()
     assert "Served check: llama.cpp" in card and "**ok**" in card and "without speculation" in card
     assert f"--spec-type draft-simple --spec-draft-n-max {served['num_speculative_tokens']}" in card
+
+
+def test_a_quantized_gguf_target_is_judged_against_llama_servers_own_output(tmp_path, micro_world, monkeypatch):
+    """llama-server serves a GGUF target's own quantized file (Q8_0 here), another model than the dequantized
+    weights our engine decodes: a prompt whose output left ours counts as equal only when llama-server decodes it
+    the same without the drafter. Float weights keep the strict rule."""
+    from types import SimpleNamespace
+
+    from distill.targets import resolve_target
+    from tests.gguf_files import write_gguf
+
+    spec = SimpleNamespace(speculative_config=lambda d, g: {"method": "draft-simple", "args": []}, rule_difference=None)
+    monkeypatch.setattr(served_llamacpp, "_servable", lambda drafter_dir: spec)
+    monkeypatch.setattr(served_llamacpp, "server_version", lambda: "stub")
+    reference, served = [[5, 6, 7], [7, 9, 9]], [[5, 6, 7], [7, 8, 8]]  # prompt 1 left our greedy output
+    ours = {"tau": 2.0, "per_position_acceptance": [0.6, 0.4, 0.2], "speedup": 1.0, "speedup_spread": {}}
+
+    def check(target_file, alone):
+        decoded = (served, {1: alone}, (10, 12, [6, 4, 2], 30), None)
+        monkeypatch.setattr(served_llamacpp, "serve_and_decode", lambda *a, **k: decoded)
+        target = resolve_target(str(target_file))
+        return served_llamacpp.served_check(
+            target, tmp_path, [[1], [2]], reference=reference, ours=ours, cfg=CFG, eos_ids=set(), dtype="float32"
+        )
+
+    (tmp_path / "q").mkdir()
+    quantized = write_gguf(micro_world.target_dir, tmp_path / "q" / "m.gguf", qtype=gguf_types.Q8_0)
+    same = check(quantized, alone=[7, 8, 8])
+    assert same["verdict"] == "ok" and same["target_quantization"] == ["Q8_0"] and same["equal_to_engine_alone"] == 1
+    assert "llama-server serves the target's own GGUF (Q8_0)" in same["reason"]
+    assert check(quantized, alone=[7, 9, 9])["verdict"] == "broken"  # the drafter changed llama.cpp's own output
+    (tmp_path / "f").mkdir()
+    floats = write_gguf(micro_world.target_dir, tmp_path / "f" / "m.gguf")
+    strict = check(floats, alone=[7, 8, 8])
+    assert strict["verdict"] == "broken" and strict["target_quantization"] == []
