@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from distill.errors import DistillError
-from distill.features import final_hidden_states, layer_features
+from distill.features import final_hidden_states, layer_and_final_features
 from heads.formats.staging import atomic_write_text
 
 DTYPE = torch.bfloat16
@@ -71,8 +71,10 @@ def write_features(
             mask = torch.zeros_like(batch)
             for j, x in enumerate(chunk):
                 batch[j, : len(x)], mask[j, : len(x)] = torch.tensor(x), 1
-            feats = layer_features(target, batch.to(device), mask.to(device), layer_ids)[0] if layer_ids else None
-            last, _ = final_hidden_states(target, batch.to(device), mask.to(device))
+            if layer_ids:
+                feats, last = layer_and_final_features(target, batch.to(device), mask.to(device), layer_ids)
+            else:
+                feats, last = None, final_hidden_states(target, batch.to(device), mask.to(device))[0]
             out_rows += [
                 (None if feats is None else feats[j, : len(x)], last[j, : len(x)]) for j, x in enumerate(chunk)
             ]

@@ -8,6 +8,9 @@ target's logits, from one forward and without keeping every layer's hidden state
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import torch
 
 from heads.target_features import last_layer_output, select_layers
@@ -22,13 +25,31 @@ def final_hidden_states(
     Returns:
         hidden (B, T, H), logits (B, T, V).
     """
+    with lm_head_input(target) as captured:
+        logits = target(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    return captured[0], logits
+
+
+@contextmanager
+def lm_head_input(target) -> Iterator[list[torch.Tensor]]:
+    """A list that receives what the target's lm_head reads, in each forward inside the block."""
     captured: list[torch.Tensor] = []
     hook = target.get_output_embeddings().register_forward_pre_hook(lambda module, args: captured.append(args[0]))
     try:
-        logits = target(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+        yield captured
     finally:
         hook.remove()
-    return captured[0], logits
+
+
+@torch.no_grad()
+def layer_and_final_features(
+    target, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, layer_ids: tuple[int, ...] | list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """layer_features and the lm_head inputs of final_hidden_states from one forward (offline features store both;
+    two forwards made writing them take twice as long)."""
+    with lm_head_input(target) as captured:
+        features, _ = layer_features(target, input_ids, attention_mask, layer_ids)
+    return features, captured[0]
 
 
 @torch.no_grad()
