@@ -13,9 +13,7 @@ from tests.cli_runs import run_app
 from tests.test_bad_inputs import _app
 
 TINY = ["data.max_prompts=8", "data.holdout=4", "data.sampling.max_new_tokens=8", "data.shard_size=8"]
-SMALL = [
-    "target=micro",
-    *TINY,
+FEW_STEPS = [  # train and eval just enough to run every stage
     "trainer.max_steps=2",
     "trainer.batch_size=4",
     "eval.num_prompts=2",
@@ -24,6 +22,7 @@ SMALL = [
     "eval.gamma_sweep=[]",
     "publish.min_tau=1.0",
 ]
+SMALL = ["target=micro", *TINY, *FEW_STEPS]
 
 
 @pytest.fixture(scope="module")

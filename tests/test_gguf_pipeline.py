@@ -10,6 +10,7 @@ import pytest
 from distill.inputs import file_digest
 from tests.cli_runs import run_app
 from tests.gguf_files import write_gguf
+from tests.test_first_run import FEW_STEPS
 
 
 @pytest.mark.slow
@@ -24,12 +25,7 @@ def test_a_gguf_target_distils_magpie_requests_trains_and_is_measured_on_humanev
         "data.holdout=0",  # eval measures HumanEval: nothing of the requests to hold out
         "data.sampling.max_new_tokens=8",
         "eval_prompts=humaneval",
-        "trainer.max_steps=2",
-        "trainer.batch_size=4",
-        "eval.num_prompts=2",
-        "eval.warmup_prompts=0",
-        "eval.max_new_tokens=8",
-        "eval.gamma_sweep=[]",
+        *FEW_STEPS,
         "stages=[distill,train,eval]",
         f"run_dir={tmp_path / 'run'}",
     ]
