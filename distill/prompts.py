@@ -50,15 +50,22 @@ class PromptSet:
 
     def across_categories(self) -> PromptSet:
         """The conversations taken from each category in turn (every category's first, then every second, …), so
-        that the first N of them cover every category, as eval.num_prompts takes them; unchanged with fewer than
-        two categories."""
-        groups: dict[Optional[str], list[int]] = {}
+        that the first N of them cover every category, as eval.num_prompts takes them; benchmarks joined with `+`
+        take turns first (`mt_bench/…`, `humaneval`, `mt_bench/…`, …), so each gets its share. Unchanged with fewer
+        than two categories."""
+        workloads: dict[Optional[str], dict[Optional[str], list[int]]] = {}
         for i, category in enumerate(self.categories):
-            groups.setdefault(category, []).append(i)
-        if len(groups) < 2:
+            workload = category.split("/")[0] if category and "/" in category else category
+            workloads.setdefault(workload, {}).setdefault(category, []).append(i)
+        if sum(map(len, workloads.values())) < 2:
             return self
-        order = [i for rank in itertools.zip_longest(*groups.values()) for i in rank if i is not None]
+        order = _in_turn([_in_turn(list(categories.values())) for categories in workloads.values()])
         return PromptSet([self.conversations[i] for i in order], [self.categories[i] for i in order])
+
+
+def _in_turn(groups: list[list[int]]) -> list[int]:
+    """Every group's first item, then every group's second, …"""
+    return [i for rank in itertools.zip_longest(*groups) for i in rank if i is not None]
 
 
 class _Keys(NamedTuple):

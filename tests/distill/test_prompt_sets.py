@@ -57,3 +57,6 @@ def test_the_first_prompts_of_a_benchmark_cover_every_category(mt_bench):
     assert rows.conversations[8] == mt_bench.conversations[1]
     humaneval = read_prompts("humaneval", None)
     assert humaneval.across_categories() is humaneval
+    both = read_prompts("mt_bench+humaneval", None).across_categories()  # the benchmarks take turns
+    assert both.categories[:4] == ["mt_bench/writing", "humaneval", "mt_bench/roleplay", "humaneval"]
+    assert both.categories[160:] == ["humaneval"] * 84  # MT-Bench's 80 are spent by then
