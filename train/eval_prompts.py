@@ -18,7 +18,8 @@ from jinja2.exceptions import TemplateError
 
 from distill.chat import encode_prompt, pending_turn
 from distill.heldout import TOYWORLD, digest_of_set, heldout_indices, holdout_active, prompt_digest
-from distill.prompts import PromptSet, read_prompts
+from distill.prompt_sets import PromptSet
+from distill.prompts import read_prompts
 from distill.targets.toyworld import toyworld_prompts
 from train.config import RunConfig
 from train.errors import PipelineError

@@ -137,6 +137,7 @@ def read_header(file: Path) -> dict:
         "architecture": architecture,
         "name": _text(reader, "general.name"),
         "pre_tokenizer": _text(reader, "tokenizer.ggml.pre"),
+        "vocabulary": len(tokens.contents()) if (tokens := reader.get_field("tokenizer.ggml.tokens")) else 0,
         "tensor_types": types,
     }
 
@@ -157,13 +158,6 @@ def _check_quantizations(file: Path, reader) -> list[str]:
                 "requantize it to a type it reads (llama-quantize … Q8_0) or give the model's Hugging Face directory"
             ) from None
     return sorted(t.name for t in first)
-
-
-def _header_tokens(file: Path) -> list:
-    import gguf
-
-    field = gguf.GGUFReader(file).get_field("tokenizer.ggml.tokens")
-    return [] if field is None else field.contents()
 
 
 def _drop_tokens_past(tokenizer_json: Path, n_tokens: int) -> None:
@@ -237,6 +231,6 @@ def _dequantize(file: Path, out: Path, header: dict) -> None:
     with staged_directory(out) as tmp:
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        _drop_tokens_past(tmp / "tokenizer.json", len(_header_tokens(file)))
+        _drop_tokens_past(tmp / "tokenizer.json", header["vocabulary"])
         record = {"gguf": str(file), "size": file.stat().st_size, "digest": file_digest(file), **header}
         atomic_write_text(tmp / llamacpp.GGUF_SOURCE, json.dumps(record | {"tokenizer_checked": checked}, indent=1))

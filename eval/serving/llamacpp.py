@@ -183,7 +183,8 @@ def served_check(
         at = spec["args"].index("--spec-draft-p-min") + 1
         spec["args"][at] = str(cfg.draft_confidence_min)
     t0 = time.perf_counter()
-    target_gguf = llamacpp.target_gguf(llamacpp.local_dir(target), llamacpp.home() / "targets")
+    target_dir = llamacpp.local_dir(target)
+    target_gguf = llamacpp.target_gguf(target_dir, llamacpp.home() / "targets")
     logs = Path(tempfile.mkdtemp(prefix="drafthub-llamacpp-"))  # kept only when a server fails: errors name them
 
     def differs(output: list[int], i: int) -> bool:
@@ -193,9 +194,7 @@ def served_check(
         target_gguf, spec["args"], prompts, cfg, logs=logs, differs=differs
     )
     shutil.rmtree(logs, ignore_errors=True)
-    # a quantized original (Q4_1) is another model than the dequantized weights we decode: llama-server's own output
-    # without the drafter is then what its output with the drafter must equal
-    quantized = llamacpp.served_quantization(llamacpp.local_dir(target))
+    quantized = llamacpp.served_quantization(target_dir)  # another model than ours: its own output is the reference
     engine_same = {i for i, alone in without.items() if quantized and alone == outputs[i]}
     outputs = [with_end_token(o, r, eos_ids) for o, r in zip(outputs, reference)]
     figures = served_figures(drafts, accepted, per_pos, gamma, draft_tokens)
@@ -213,19 +212,7 @@ def served_check(
         engine="llama.cpp",
         rule_difference=consumer.rule_difference,
     )
-    if quantized:
-        why += (
-            f"; llama-server serves the target's own GGUF ({'/'.join(quantized)}), whose greedy output left the "
-            f"dequantized weights' on {len(without)} prompts: {len(engine_same)} of them equal llama-server's own "
-            "output without the drafter (counted as equal: the quantized model, not the drafter)"
-        )
-    if ties:
-        gaps = ", ".join(f"{ties[i]:.5f}" for i in sorted(ties))
-        why += (
-            f"; {len(equal) - sum(equal)} left the target's greedy output, {len(ties)} of them at a near-tie (top-2 "
-            f"logits {gaps} apart), {len(engine_ties)} exactly as llama.cpp decodes it without the drafter (counted "
-            "as equal: the engine's float order, not the drafter)"
-        )
+    why += _counted_as_equal(quantized, len(without), engine_same, ties, engine_ties, len(equal) - sum(equal))
     return {
         "engine": ENGINE,
         "engine_version": server_version(),
@@ -248,6 +235,26 @@ def served_check(
         "files_sha256": served_files_hash(drafter_dir),
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+def _counted_as_equal(quantized: list[str], departed_quantized: int, engine_same, ties, engine_ties, departed) -> str:
+    """The reason's account of prompts that left our greedy output yet count as equal: a quantized target's own
+    output without the drafter, or a near-tie the engine resolves the same way without it."""
+    why = ""
+    if quantized:
+        why += (
+            f"; llama-server serves the target's own GGUF ({'/'.join(quantized)}), whose greedy output left the "
+            f"dequantized weights' on {departed_quantized} prompts: {len(engine_same)} of them equal llama-server's "
+            "own output without the drafter (counted as equal: the quantized model, not the drafter)"
+        )
+    if ties:
+        gaps = ", ".join(f"{ties[i]:.5f}" for i in sorted(ties))
+        why += (
+            f"; {departed} left the target's greedy output, {len(ties)} of them at a near-tie (top-2 logits {gaps} "
+            f"apart), {len(engine_ties)} exactly as llama.cpp decodes it without the drafter (counted as equal: the "
+            "engine's float order, not the drafter)"
+        )
+    return why
 
 
 def serve_and_decode(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from distill.errors import DistillError
-from distill.prompts import MT_BENCH, is_prompt_set, read_prompts
+from distill.prompt_sets import MT_BENCH, is_prompt_set
+from distill.prompts import read_prompts
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ import datasets
 import pytest
 
 from distill.errors import DistillError
-from distill.prompts import humaneval_file, load_conversations, read_prompts
+from distill.prompt_sets import humaneval_file
+from distill.prompts import load_conversations, read_prompts
 
 CONV = {"messages": [{"role": "user", "content": "import os\n"}, {"role": "assistant", "content": "import sys\n"}]}
 SHAREGPT = [
