@@ -14,6 +14,8 @@ import json
 import re
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from distill.errors import DistillError
 from heads.formats.staging import atomic_write_text
 
@@ -40,17 +42,19 @@ def write_requests(sampler, tokenizer, count: int, seed: int, batch_size: int) -
     """`count` distinct requests the target writes, sampled batch by batch (each batch's seed from `seed`)."""
     prefix, seen, requests = query_prefix(tokenizer), set(), []
     batches = -(-count * TRIES_PER_REQUEST // batch_size)
-    for batch in range(batches):
-        for ids, reason in sampler.sample([prefix] * batch_size, seed=seed + batch):
-            text = tokenizer.decode(ids, skip_special_tokens=True).strip()
-            words = re.findall(r"\w+", text.lower())
-            keys = {" ".join(words), " ".join(words[:OPENING_WORDS])}
-            if reason != "stop" or len(words) < MIN_WORDS or keys & seen:
-                continue
-            seen |= keys
-            requests.append(text)
-        if len(requests) >= count:
-            return requests[:count]
+    with tqdm(total=count, desc="magpie", unit="request") as bar:
+        for batch in range(batches):
+            for ids, reason in sampler.sample([prefix] * batch_size, seed=seed + batch):
+                text = tokenizer.decode(ids, skip_special_tokens=True).strip()
+                words = re.findall(r"\w+", text.lower())
+                keys = {" ".join(words), " ".join(words[:OPENING_WORDS])}
+                if reason != "stop" or len(words) < MIN_WORDS or keys & seen:
+                    continue
+                seen |= keys
+                requests.append(text)
+            bar.update(min(len(requests), count) - bar.n)
+            if len(requests) >= count:
+                return requests[:count]
     raise DistillError(
         f"the target wrote {len(requests)} distinct requests in {batches * batch_size} tries, fewer than "
         f"data.max_prompts={count}; lower data.max_prompts, raise data.magpie.max_new_tokens, or add prompts "

@@ -317,7 +317,8 @@ def _with_magpie_requests(target: TargetConfig, data: DataConfig, tokenizer, out
     if data.prompts != magpie.SOURCE:
         return data
     m = data.magpie
-    settings = {"target": model_identity(target), "count": data.max_prompts, **asdict(m), "v": 1}
+    settings = {"target": model_identity(target), "count": data.max_prompts, "batch_size": data.batch_size, **asdict(m)}
+    settings["v"] = 1
 
     def write() -> list[str]:
         print(f"[distill] the target writes {data.max_prompts} requests (Magpie)", flush=True)

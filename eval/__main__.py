@@ -120,12 +120,13 @@ def _record(drafter: Path, report: dict, out_dir: Path, target_name: str, from_p
     print(f"recorded this report in {drafter / 'drafthub.json'}: the publish gate can now check it")
 
 
-def _gguf_dequantized(target_name: str, gguf_file: Optional[str]) -> str:
-    """A GGUF target as the directory it is dequantized into once (distill/targets/gguf.py); other names as given."""
-    from distill.targets import TargetRef, gguf
+def _resolved_target(target_name: str, gguf_file: Optional[str]) -> str:
+    """A GGUF file or packaged target as the directory it is dequantized into once (distill/targets/); a toy
+    world's alias is refused in _load_target (it would build a world); other names as given."""
+    from distill.targets import TargetRef, resolve_target, source_of, toyworld
 
     ref = TargetRef(target_name, gguf_file)
-    return gguf.resolve(ref) if gguf.claims(ref) else target_name
+    return target_name if source_of(ref) in (None, toyworld) else resolve_target(ref)
 
 
 def _load_target(app: EvalAppConfig, drafter: Path, target_name: str):
@@ -216,7 +217,7 @@ def main(cfg) -> None:
         rows = read_prompts(app.prompts, app.split, column=app.prompts_column, prompts_key="prompts", split_key="split")
         rows = rows.across_categories()  # as the pipeline's eval takes them: every category within eval.num_prompts
         family_of_export(drafter)  # a directory no family reads is refused before the target loads
-        target_name = _gguf_dequantized(app.target_path or _target_of(drafter), app.target_gguf_file)
+        target_name = _resolved_target(app.target_path or _target_of(drafter), app.target_gguf_file)
         tokenizer, target = _load_target(app, drafter, target_name)
         proposer, kind = load_proposer(drafter, target, len(tokenizer), app.eval, target.device)
         limit, room = app.eval.num_prompts + app.eval.warmup_prompts, prompt_room(target, proposer, app.eval)

@@ -254,9 +254,10 @@ def _categories_markdown(categories: dict, gamma, kind: str = "category") -> str
         for name, c in categories.items()
     )
     at = f"γ = {gamma}" if gamma else "the tree"
+    plural = "categories" if kind == "category" else f"{kind}s"
     return f"""
 ## Per {kind}
-The prompts' {kind}s, each measured at {at} on its own batches; the speed-up carries its 95% interval over them.
+The prompts' {plural}, each measured at {at} on its own batches; the speed-up carries its 95% interval over them.
 
 | {kind} | prompts | τ | α | speedup |
 |---|---|---|---|---|

@@ -26,10 +26,11 @@ from pathlib import Path
 import torch
 from bench_toy_world import degenerate, from_prompt, reproduced
 
+from distill.device import native_bf16
 from distill.toyworld import corpus, tasks
 from distill.toyworld.build import training_data
 from distill.toyworld.config import SIZES, WorldConfig
-from distill.toyworld.target import build_target, heldout_loss, native_bf16, train_target
+from distill.toyworld.target import build_target, heldout_loss, train_target
 
 EVAL_PROMPTS = 48  # held-out prompts per task kind
 GREEDY_PROMPTS, GREEDY_TOKENS = 16, 256  # greedy answers per task kind after the last step, and their length

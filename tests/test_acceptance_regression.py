@@ -14,6 +14,7 @@ import json
 from tests.cli_runs import run_app
 
 RECIPE = [
+    "recipe=toy",
     "target=micro",
     "data.max_prompts=64",
     "data.sampling.max_new_tokens=32",

@@ -57,7 +57,7 @@ def files(tmp_path_factory, micro_world, weak_draft):
     return root
 
 
-TRAIN = ["target=micro", "stages=[distill]"]
+TRAIN = ["recipe=toy", "target=micro", "stages=[distill]"]
 
 # (case, app, arguments ({f}: the files fixture, {t}: this case's temporary dir), expected text in the line)
 CASES = [
@@ -88,7 +88,7 @@ CASES = [
     (
         "EAGLE-3 layer out of range",
         "train",
-        ["recipe=toy_eagle", *TRAIN, "drafter.layer_ids=[0,99,1]"],
+        ["recipe=toy_eagle", *TRAIN[1:], "drafter.layer_ids=[0,99,1]"],  # TRAIN[0] names recipe=toy
         "EAGLE-3 fuses 3 distinct target layers in 0..2; got layer_ids=[0, 99, 1]",
     ),
     (
@@ -321,7 +321,7 @@ def test_a_sequence_cap_that_cuts_the_answers_is_refused_before_training(tmp_pat
     (a default kept from shorter data): refused once the data is known, before the target loads; the distilled
     data stays for the corrected rerun, and no checkpoint is written."""
     run = tmp_path / "run"
-    small = ["target=micro", "data.max_prompts=16", "data.sampling.max_new_tokens=24", f"run_dir={run}"]
+    small = ["recipe=toy", "target=micro", "data.max_prompts=16", "data.sampling.max_new_tokens=24", f"run_dir={run}"]
     code, lines = _app("train", [*small, "stages=[distill,train]", "trainer.max_seq_len=64"], capsys)
     errors = [line for line in lines if line.startswith("error:")]  # after the distill stage's progress lines
     assert code == 2 and len(errors) == 1 and lines[-1] == errors[0], lines

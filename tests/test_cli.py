@@ -12,6 +12,7 @@ from tests.cli_runs import run_app
 from tests.conftest import REPO
 
 SMALL = [
+    "recipe=toy",
     "target=micro",
     "data.max_prompts=24",
     "data.sampling.max_new_tokens=24",
@@ -328,7 +329,7 @@ def test_eagle1_trains_from_offline_features(tmp_path, micro_world):
 
 
 def test_an_unknown_drafter_kind_stops_before_any_stage(tmp_path):
-    r = run("train", "target=micro", "drafter.kind=nope", f"run_dir={tmp_path}/run")
+    r = run("train", "recipe=toy", "target=micro", "drafter.kind=nope", f"run_dir={tmp_path}/run")
     assert r.returncode == 2
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error: drafter.kind='nope' has no entry in the family table") and "'ngram'" in last
@@ -337,7 +338,7 @@ def test_an_unknown_drafter_kind_stops_before_any_stage(tmp_path):
 
 @pytest.mark.slow
 def test_training_free_ngram_skips_the_train_stage(tmp_path, micro_world):
-    small = ["target=micro", "eval.num_prompts=4", "eval.max_new_tokens=24", "eval.gamma_sweep=[1,2]"]
+    small = ["recipe=toy", "target=micro", "eval.num_prompts=4", "eval.max_new_tokens=24", "eval.gamma_sweep=[1,2]"]
     small.append("publish.min_tau=1.0")  # n-gram lookup on 4 micro prompts: τ ≈ 1.09, under the default bar
     r = run("train", "recipe=toy_ngram", *small, "stages=[train,eval,publish]", f"run_dir={tmp_path}/run")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -364,6 +365,6 @@ def test_a_launched_peer_leaves_the_run_directory_to_the_main_process(tmp_path, 
     seen in a 2-process launch on a busy machine). Peers hold the same config and write none of it."""
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    r = run("train", "target=micro", "stages=[]", f"run_dir={tmp_path}/run")
+    r = run("train", "recipe=toy", "target=micro", "stages=[]", f"run_dir={tmp_path}/run")
     assert r.returncode == 0, r.stderr[-2000:]
     assert not (tmp_path / "run").exists()

@@ -98,7 +98,7 @@ def test_an_unknown_kind_is_one_line_naming_the_table_and_the_known_kinds():
 def test_a_forgotten_entry_stops_the_run_before_any_work(table, message, monkeypatch):
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.to_object(_compose("target=micro"))
+    cfg = OmegaConf.to_object(_compose("recipe=toy", "target=micro"))
     check_run(cfg)  # the default recipe is complete
     monkeypatch.delitem(table, "draft_lm")
     with pytest.raises(Exception, match=message):
@@ -135,12 +135,16 @@ def test_a_loss_or_policy_the_family_lacks_is_refused_before_any_work(overrides,
     from omegaconf import OmegaConf
 
     with pytest.raises(Exception, match=message):
-        check_run(OmegaConf.to_object(_compose("target=micro", *overrides)))
+        check_run(OmegaConf.to_object(_compose("recipe=toy", "target=micro", *overrides)))
     for kind in ("draft_lm", "eagle3"):  # the families with an on-policy objective pass
         layers = ["drafter.layer_ids=[0,1,2]"] if kind == "eagle3" else []  # the 2-layer micro target's
-        check_run(OmegaConf.to_object(_compose("target=micro", f"drafter={kind}", "trainer.policy=on_policy", *layers)))
+        check_run(
+            OmegaConf.to_object(
+                _compose("recipe=toy", "target=micro", f"drafter={kind}", "trainer.policy=on_policy", *layers)
+            )
+        )
     answers = ["trainer.policy=on_policy", "trainer.on_policy_rollout=answers"]  # DistillSpec's whole answers
-    check_run(OmegaConf.to_object(_compose("target=micro", *answers)))
+    check_run(OmegaConf.to_object(_compose("recipe=toy", "target=micro", *answers)))
 
 
 def _small_draft_lm(target, tokenizer, path):

@@ -22,7 +22,7 @@ FEW_STEPS = [  # train and eval just enough to run every stage
     "eval.gamma_sweep=[]",
     "publish.min_tau=1.0",
 ]
-SMALL = ["target=micro", *TINY, *FEW_STEPS]
+SMALL = ["recipe=toy", "target=micro", *TINY, *FEW_STEPS]
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ CASES = [
 def test_checks_that_need_no_data_run_before_distillation(case, args, expected, inputs, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     fill = dict(inputs)
-    argv = ["target=micro", *TINY, *[a.format(**fill) for a in args], f"run_dir={tmp_path / 'run'}"]
+    argv = ["recipe=toy", "target=micro", *TINY, *[a.format(**fill) for a in args], f"run_dir={tmp_path / 'run'}"]
     code, lines = _app("train", argv, None)
     assert code == 2, (case, lines)
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected.format(**fill) in lines[0], (case, lines)
@@ -149,7 +149,7 @@ def test_a_second_recipe_in_a_run_directory_is_refused(tmp_path, monkeypatch):
     run = tmp_path / "run"
     run.joinpath(".hydra").mkdir(parents=True)
     run.joinpath(".hydra", "config.yaml").write_text("recipe_name: toy_medusa\ndrafter:\n  kind: medusa\n")
-    code, lines = _app("train", ["target=micro", *TINY, "stages=[distill]", f"run_dir={run}"], None)
+    code, lines = _app("train", ["recipe=toy", "target=micro", *TINY, "stages=[distill]", f"run_dir={run}"], None)
     assert code == 2 and len(lines) == 1
     assert f"run directory {run} holds a medusa run of recipe toy_medusa, not draft_lm of toy" in lines[0]
     assert not (run / "data").exists()

@@ -17,6 +17,7 @@ from tests.cli_runs import run_app, run_push
 from tests.train.publishing import published_drafter
 
 TRAIN = [
+    "recipe=toy",
     "target=micro",
     "data.max_prompts=8",
     "data.sampling.max_new_tokens=16",
@@ -63,7 +64,7 @@ def finished_run(tmp_path_factory, micro_world):
 @pytest.mark.parametrize(
     "app, argv",
     [
-        ("train", ["target=micro", "run_dir=OUT/run"]),
+        ("train", ["recipe=toy", "target=micro", "run_dir=OUT/run"]),
         ("distill", ["target=micro", "out_dir=OUT"]),
         ("eval", ["drafter_dir=OUT", "prompts=OUT/p.jsonl", "out_dir=OUT/ev"]),
     ],
@@ -205,14 +206,14 @@ def test_distillation_stopped_by_ctrl_c_or_a_full_disk_keeps_its_complete_shards
 
 def test_a_path_the_run_cannot_use_is_one_line(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("")
-    code, _, err = run_app("train", ["target=micro", "stages=[distill]", f"run_dir={tmp_path}/file/run"])
+    code, _, err = run_app("train", ["recipe=toy", "target=micro", "stages=[distill]", f"run_dir={tmp_path}/file/run"])
     assert (code, err.strip()) == (2, f"error: cannot use {tmp_path}/file/run: Not a directory; check the path")
 
     def denied(*args):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), "/srv/runs")
 
     monkeypatch.setattr("train.pipeline.run_pipeline", denied)
-    code, _, err = run_app("train", ["target=micro"])
+    code, _, err = run_app("train", ["recipe=toy", "target=micro"])
     assert (code, err.strip()) == (
         2,
         "error: cannot use /srv/runs: Permission denied; fix its permissions or choose another path",

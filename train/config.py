@@ -46,7 +46,9 @@ class TrainerConfig:
     # shorter data); set it higher to accept the loss as the price of a memory budget
     max_cut_share: float = field(default=0.1, metadata=NO_EFFECT)
     max_grad_norm: float = 1.0
-    mixed_precision: str = "auto"  # auto (bf16 on a capable GPU, else no) | no | bf16 | fp16
+    # auto (bf16 on a capable GPU, else no) | native (bf16 wherever the device computes it natively: that GPU, or a
+    # CPU with AVX-512-BF16 or AMX; else no) | no | bf16 | fp16
+    mixed_precision: str = "auto"
     # the frozen target across processes: auto (sharded under a DeepSpeed ZeRO-3 or FSDP launch, else replicated)
     # | replicate (every process holds it whole) | zero3 | fsdp (sharded under any multi-process launch)
     target_sharding: str = field(default="auto", metadata=NO_EFFECT)

@@ -15,11 +15,16 @@ from accelerate.utils import (
     InitProcessGroupKwargs,
 )
 
+from distill.device import native_bf16
 from train.config import TrainerConfig
 
 
 def mixed_precision(setting: str) -> str:
-    """`auto` → bf16 on a GPU that supports it, otherwise full precision."""
+    """`auto` → bf16 on a GPU that supports it, otherwise full precision; `native` → bf16 wherever the device
+    computes it natively (that GPU, or a CPU with AVX-512-BF16 or AMX: 1.9× faster EAGLE-3 steps on SmolLM2),
+    otherwise full precision (a CPU without it emulates bf16 about 10× slower than fp32)."""
+    if setting == "native":  # the device accelerate picks: the GPU when there is one
+        return "bf16" if native_bf16(torch.device("cuda" if torch.cuda.is_available() else "cpu")) else "no"
     if setting != "auto":
         return setting
     return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "no"

@@ -80,6 +80,7 @@ def _served_under_load(report: dict, run_dir) -> None:
 @pytest.mark.slow
 def test_training_free_ngram_runs_eval_serve_and_publish_from_its_settings(tmp_path, micro_world):
     small = [
+        "recipe=toy",
         "target=micro",
         "eval.num_prompts=4",
         "eval.max_new_tokens=24",
@@ -124,7 +125,7 @@ def test_serving_without_vllm_fails_before_any_stage(tmp_path, monkeypatch):
     register_configs()
     GlobalHydra.instance().clear()
     with initialize_config_module(config_module="conf", version_base=None):
-        cfg = compose("config", overrides=["target=micro", "eval.serve=vllm", f"run_dir={tmp_path}/run"])
+        cfg = compose("config", overrides=["recipe=toy", "target=micro", "eval.serve=vllm", f"run_dir={tmp_path}/run"])
     GlobalHydra.instance().clear()
     with pytest.raises(
         PipelineError,

@@ -23,6 +23,7 @@ def _train(run_dir, *overrides, data=None):
     if data is not None:
         shutil.copytree(data, run_dir / "data")
     args = [
+        "recipe=toy",
         "target=micro",
         "drafter=eagle3",
         "drafter.layer_ids=[0,1,2]",

@@ -51,7 +51,13 @@ def test_the_evaluation_budget_caps_the_search(monkeypatch):
 
 @pytest.mark.slow
 def test_toy_layer_skip_recipe_searches_evaluates_and_exports(tmp_path, micro_world):
-    small = ["target=micro", "data.max_prompts=24", "data.sampling.max_new_tokens=16", "eval.num_prompts=3"]
+    small = [
+        "recipe=toy",
+        "target=micro",
+        "data.max_prompts=24",
+        "data.sampling.max_new_tokens=16",
+        "eval.num_prompts=3",
+    ]
     common = [*small, "eval.max_new_tokens=12", "eval.gamma_sweep=[]", "drafter.search_samples=8"]
     r = run("train", "recipe=toy_layer_skip", *common, "stages=[distill,train,eval]", f"run_dir={tmp_path}/run")
     assert r.returncode == 0, r.stderr[-2000:]

@@ -23,6 +23,7 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.slow
 
 TRAIN = [
+    "recipe=toy",
     "target=micro",
     "data.max_prompts=24",
     "data.sampling.max_new_tokens=24",

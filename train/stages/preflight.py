@@ -71,7 +71,7 @@ def check_run(cfg: RunConfig) -> None:
             raise PipelineError(f"publish.engines has {engine}: {family.not_served(engine)}; leave it out")
 
 
-PRECISIONS = ("auto", "no", "bf16", "fp16")
+PRECISIONS = ("auto", "native", "no", "bf16", "fp16")
 
 
 def _check_sizes(cfg: RunConfig) -> None:
