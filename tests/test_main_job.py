@@ -22,7 +22,7 @@ TINY = [
     "data.sampling.max_new_tokens=8",
     "trainer.max_steps=2",
     "trainer.batch_size=2",
-    "eval.num_prompts=2",
+    "eval.num_prompts=3",  # an MT-Bench conversation (two turns), then a HumanEval stub
     "eval.warmup_prompts=0",
     "eval.max_new_tokens=8",
     "publish.min_tau=1.0",  # two steps of training: the gate's bar is for real runs
@@ -48,7 +48,7 @@ def test_the_main_job_distils_trains_evaluates_and_publishes_smollm2_at_tiny_siz
     code, out, err = run_app("train", [*TINY, f"run_dir={run}", f"publish.hub_dir={tmp_path / 'hub'}"])
     assert code == 0, err[-3000:]
     last = out.strip().splitlines()[-1]
-    assert last.startswith("[eval] τ ") and "(lossless on 2/2 prompts)" in last, last
+    assert last.startswith("[eval] τ ") and "(lossless on 3/3 prompts)" in last, last
 
     manifest = json.loads((run / "data" / "manifest.json").read_text())
     assert manifest["target"]["name_or_path"] == "package:smollm2-135m-instruct"
