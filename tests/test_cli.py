@@ -11,8 +11,7 @@ import pytest
 from tests.cli_runs import run_app
 from tests.conftest import REPO
 
-SMALL = [
-    "recipe=toy",
+SMALL = [  # the toy recipe's stages at micro sizes: callers name the recipe (recipe=toy, the old main job)
     "target=micro",
     "data.max_prompts=24",
     "data.sampling.max_new_tokens=24",
@@ -67,7 +66,7 @@ def test_vocabulary_mismatch_is_one_clear_line(tmp_path, micro_world):
         )
     ).save_pretrained(other)
     tok.save_pretrained(other)
-    r = run("train", *SMALL, "stages=[distill,train]", f"drafter.init={other}", f"run_dir={tmp_path}/run")
+    r = run("train", "recipe=toy", *SMALL, "stages=[distill,train]", f"drafter.init={other}", f"run_dir={tmp_path}/run")
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.strip().splitlines()[-1].startswith(f"error: drafter.init={other} has another vocabulary")
     assert not (tmp_path / "run" / "data").exists()  # refused before distilling: the check needs no data
@@ -76,7 +75,7 @@ def test_vocabulary_mismatch_is_one_clear_line(tmp_path, micro_world):
 @pytest.mark.slow
 def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_drafthubTestSecretNeverWritten")  # as a logged-in user has it
-    r = run("train", *SMALL, f"run_dir={tmp_path}/run", f"publish.hub_dir={tmp_path}/hub")
+    r = run("train", "recipe=toy", *SMALL, f"run_dir={tmp_path}/run", f"publish.hub_dir={tmp_path}/hub")
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = tmp_path / "run"
     report = json.loads((run_dir / "eval" / "eval_report.json").read_text())
@@ -144,7 +143,7 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world, monkeypat
     )
     # Second run: every stage is found complete and skipped (fast, same report).
     mtime = (run_dir / "eval" / "eval_report.json").stat().st_mtime
-    r = run("train", *SMALL, f"run_dir={tmp_path}/run", f"publish.hub_dir={tmp_path}/hub")
+    r = run("train", "recipe=toy", *SMALL, f"run_dir={tmp_path}/run", f"publish.hub_dir={tmp_path}/hub")
     assert r.returncode == 0
     assert (run_dir / "eval" / "eval_report.json").stat().st_mtime == mtime
     # The finished run, made read-only, is re-read in place: every stage skipped, nothing written.
@@ -152,7 +151,7 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world, monkeypat
     for p in modes:
         p.chmod(modes[p] & ~0o222)
     try:
-        r = run("train", *SMALL, f"run_dir={tmp_path}/run", f"publish.hub_dir={tmp_path}/hub")
+        r = run("train", "recipe=toy", *SMALL, f"run_dir={tmp_path}/run", f"publish.hub_dir={tmp_path}/hub")
     finally:
         for p, mode in modes.items():
             p.chmod(mode)
@@ -161,7 +160,9 @@ def test_train_runs_all_stages_then_reuses_them(tmp_path, micro_world, monkeypat
     forged = json.loads((run_dir / "eval" / "eval_report.json").read_text()) | {"tau": 4.9}
     (run_dir / "eval" / "eval_report.json").write_text(json.dumps(forged))
     (run_dir / "published.json").unlink()
-    r = run("train", *SMALL, "stages=[publish]", f"run_dir={tmp_path}/run", f"publish.hub_dir={tmp_path}/hub")
+    r = run(
+        "train", "recipe=toy", *SMALL, "stages=[publish]", f"run_dir={tmp_path}/run", f"publish.hub_dir={tmp_path}/hub"
+    )
     assert r.returncode == 2 and "its eval figures are not the ones eval measured" in r.stderr.strip().splitlines()[-1]
     assert len(json.loads((tmp_path / "hub" / "index.json").read_text())["drafters"]) == 1
 
@@ -338,7 +339,7 @@ def test_an_unknown_drafter_kind_stops_before_any_stage(tmp_path):
 
 @pytest.mark.slow
 def test_training_free_ngram_skips_the_train_stage(tmp_path, micro_world):
-    small = ["recipe=toy", "target=micro", "eval.num_prompts=4", "eval.max_new_tokens=24", "eval.gamma_sweep=[1,2]"]
+    small = ["target=micro", "eval.num_prompts=4", "eval.max_new_tokens=24", "eval.gamma_sweep=[1,2]"]
     small.append("publish.min_tau=1.0")  # n-gram lookup on 4 micro prompts: τ ≈ 1.09, under the default bar
     r = run("train", "recipe=toy_ngram", *small, "stages=[train,eval,publish]", f"run_dir={tmp_path}/run")
     assert r.returncode == 0, r.stderr[-3000:]

@@ -258,7 +258,7 @@ def test_asking_for_llamacpp_without_it_stops_before_any_stage(tmp_path, monkeyp
     from tests.test_cli import SMALL, run
 
     monkeypatch.setenv("DRAFTHUB_LLAMACPP", str(tmp_path / "no-llamacpp"))
-    r = run("train", *SMALL, "publish.engines=[llamacpp]", f"run_dir={tmp_path}/run")
+    r = run("train", "recipe=toy", *SMALL, "publish.engines=[llamacpp]", f"run_dir={tmp_path}/run")
     assert r.returncode != 0 and "publish.engines has llamacpp" in r.stderr and "build_llamacpp.py" in r.stderr
     assert not (tmp_path / "run" / "data").exists()  # refused before distilling
 
@@ -270,7 +270,7 @@ def test_pipeline_serves_its_gguf_export_with_llama_cpp_and_publishes_it(tmp_pat
     from heads.formats.fingerprint import served_files_hash
     from tests.test_cli import SMALL, run
 
-    r = run("train", *SMALL, "trainer.max_steps=30", "eval.serve=llamacpp", f"run_dir={tmp_path}/run")
+    r = run("train", "recipe=toy", *SMALL, "trainer.max_steps=30", "eval.serve=llamacpp", f"run_dir={tmp_path}/run")
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = tmp_path / "run"
     report = json.loads((run_dir / "eval" / "eval_report.json").read_text())

@@ -14,7 +14,7 @@ from tests.test_cli import SMALL, run
 @pytest.mark.slow
 def test_pipeline_serves_the_export_it_then_publishes(tmp_path, micro_world):
     load = ["eval.serve_load=[1,2]", "eval.vllm.load_requests=4", "eval.vllm.load_repeats=1"]  # under load too
-    r = run("train", *SMALL, "trainer.max_steps=30", "eval.serve=vllm", *load, f"run_dir={tmp_path}/run")
+    r = run("train", "recipe=toy", *SMALL, "trainer.max_steps=30", "eval.serve=vllm", *load, f"run_dir={tmp_path}/run")
     assert r.returncode == 0, r.stderr[-3000:]
     run_dir = tmp_path / "run"
     report = json.loads((run_dir / "eval" / "eval_report.json").read_text())
@@ -80,7 +80,6 @@ def _served_under_load(report: dict, run_dir) -> None:
 @pytest.mark.slow
 def test_training_free_ngram_runs_eval_serve_and_publish_from_its_settings(tmp_path, micro_world):
     small = [
-        "recipe=toy",
         "target=micro",
         "eval.num_prompts=4",
         "eval.max_new_tokens=24",

@@ -52,7 +52,6 @@ def test_the_evaluation_budget_caps_the_search(monkeypatch):
 @pytest.mark.slow
 def test_toy_layer_skip_recipe_searches_evaluates_and_exports(tmp_path, micro_world):
     small = [
-        "recipe=toy",
         "target=micro",
         "data.max_prompts=24",
         "data.sampling.max_new_tokens=16",
