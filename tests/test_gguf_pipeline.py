@@ -1,5 +1,6 @@
 """The whole pipeline on a GGUF target whose prompts the target wrote itself (Magpie), measured on a benchmark by
-name: what `target=smollm2` runs, on the micro target written as a GGUF by the tests."""
+name: the sources `target=smollm2` uses (tests/test_main_job.py runs SmolLM2 itself), on the micro target written as
+a GGUF by the tests, with the toy recipe's draft LM."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.test_first_run import FEW_STEPS
 def test_a_gguf_target_distils_magpie_requests_trains_and_is_measured_on_humaneval(micro_world, tmp_path):
     target = write_gguf(micro_world.target_dir, tmp_path / "micro.gguf")
     argv = [
+        "recipe=toy",
         "target=hf",
         f"target.name_or_path={target}",
         "target.dtype=float32",
