@@ -237,16 +237,17 @@ block is drafted in one).
 
 ![τ and speedup vs γ](gamma_sweep.png)
 """
+    gamma = s["num_speculative_tokens"] if not s["tree"] else None
     if r.get("workloads"):
-        text += _categories_markdown(r["workloads"], s["num_speculative_tokens"] if not s["tree"] else None, "workload")
+        text += _categories_markdown(r["workloads"], gamma, ("workload", "workloads"))
     if r.get("categories"):
-        text += _categories_markdown(r["categories"], s["num_speculative_tokens"] if not s["tree"] else None)
+        text += _categories_markdown(r["categories"], gamma)
     if "served" in r:
         text += _served_markdown(r["served"])
     return text + load_section(r.get("serving_load"))
 
 
-def _categories_markdown(categories: dict, gamma, kind: str = "category") -> str:
+def _categories_markdown(categories: dict, gamma, grouping: tuple = ("category", "categories")) -> str:
     """Per category (the rows' `category`: Spec-Bench's six, MT-Bench's eight), or per workload (the benchmark
     the categories name), the headline figures."""
     rows = "\n".join(
@@ -254,12 +255,12 @@ def _categories_markdown(categories: dict, gamma, kind: str = "category") -> str
         for name, c in categories.items()
     )
     at = f"γ = {gamma}" if gamma else "the tree"
-    plural = "categories" if kind == "category" else f"{kind}s"
+    one, many = grouping
     return f"""
-## Per {kind}
-The prompts' {plural}, each measured at {at} on its own batches; the speed-up carries its 95% interval over them.
+## Per {one}
+The prompts' {many}, each measured at {at} on its own batches; the speed-up carries its 95% interval over them.
 
-| {kind} | prompts | τ | α | speedup |
+| {one} | prompts | τ | α | speedup |
 |---|---|---|---|---|
 {rows}
 """
