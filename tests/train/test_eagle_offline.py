@@ -36,7 +36,7 @@ def test_offline_features_give_the_online_first_step_loss(tmp_path, dataset, tar
     torch.manual_seed(0)
     drafter = Eagle3Drafter.from_target(Eagle3Config(layer_ids=IDS), target, vocab)
     batch = BatchOrder(dataset, 4, 512, tokenizer.pad_token_id, seed=0).batch(0)
-    online, _ = Eagle3TrainingTimeTest(target, IDS, vocab.draft_to_target, ttt_steps=3)(drafter, batch)
+    online, online_metrics = Eagle3TrainingTimeTest(target, IDS, vocab.draft_to_target, ttt_steps=3)(drafter, batch)
 
     manifest = write_features(target, dataset, tmp_path / "f", IDS, batch_size=5, shard_size=5)
     H = target.config.hidden_size
@@ -45,10 +45,15 @@ def test_offline_features_give_the_online_first_step_loss(tmp_path, dataset, tar
         and manifest["bytes_per_token"] == 4 * H * 2
     )
     assert "offline features:" in capsys.readouterr().out  # the disk needed is printed before writing
-    offline, _ = Eagle3TrainingTimeTest(
+    objective = Eagle3TrainingTimeTest(
         target, IDS, vocab.draft_to_target, ttt_steps=3, store=FeatureStore(tmp_path / "f")
-    )(drafter, batch)
+    )
+    offline, metrics = objective(drafter, batch)  # the lm_head's draft-vocabulary rows; each row's argmax computed
     torch.testing.assert_close(offline, online, rtol=2e-2, atol=2e-2)  # bf16 storage is the only difference
+    for step in range(3):
+        assert abs(metrics[f"step{step}_acc"] - online_metrics[f"step{step}_acc"]) < 0.05
+    again, metrics_again = objective(drafter, batch)  # every row's whole-vocabulary argmax now kept from the first
+    assert torch.equal(again, offline) and all(torch.equal(metrics_again[k], metrics[k]) for k in metrics)
 
 
 def test_feature_shards_resume_and_a_full_disk_is_refused(tmp_path, dataset, target):

@@ -232,9 +232,12 @@ def sample_anchors(candidates: torch.Tensor, count: int, generator=None) -> tupl
 
 
 @torch.no_grad()
-def stored_logits(target: torch.nn.Module, last_hidden: torch.Tensor) -> torch.Tensor:
+def stored_logits(target: torch.nn.Module, last_hidden: torch.Tensor, rows: Optional[torch.Tensor] = None):
     """The target's logits from stored lm_head inputs (offline features): only its lm_head runs, gathered
-    first where the target is sharded."""
+    first where the target is sharded; `rows` (token ids) keeps those of its rows alone (…, len(rows))."""
     lm_head = target.get_output_embeddings()
     with whole_embeddings(target):
-        return lm_head(last_hidden.to(lm_head.weight.dtype))
+        if rows is None:
+            return lm_head(last_hidden.to(lm_head.weight.dtype))
+        bias = None if lm_head.bias is None else lm_head.bias[rows]
+        return torch.nn.functional.linear(last_hidden.to(lm_head.weight.dtype), lm_head.weight[rows], bias)

@@ -64,6 +64,7 @@ class Eagle3TrainingTimeTest:
         self.draft_ids = draft_ids  # (D,) target id of each draft id
         self.loss, self.on_policy = loss, on_policy
         self.progress_keys = ["loss", "sim_tau", "step0_acc"]
+        self._argmax: dict[int, torch.Tensor] = {}  # dataset row → the target's argmax at each of its positions
 
     def _target_signals(self, batch):
         """(B, T, F) features and (B, T, V) logits: from a target forward, or from disk + the lm_head."""
@@ -74,9 +75,34 @@ class Eagle3TrainingTimeTest:
         features, last_hidden = self.store.batch(batch["rows"].tolist(), input_ids.shape[1])
         return features.to(input_ids.device), stored_logits(self.target, last_hidden.to(input_ids.device))
 
+    def _target_view(self, batch):
+        """What the loss reads of the target at every position: (B, T, F) features, its logits over the draft
+        vocabulary (B, T, D), its argmax over its whole vocabulary (B, T), and its whole logits (B, T, V) where
+        loss al needs them (else None).
+
+        With offline features and loss fkl only the draft vocabulary's rows of the lm_head run in a step (a sixth
+        of the lm_head for SmolLM2's 49k vocabulary), and each row's whole-vocabulary argmax is computed once, the
+        first time the row is read, and kept: a step then costs half as much on a CPU."""
+        input_ids = batch["input_ids"]
+        draft_ids = self.draft_ids.to(input_ids.device)
+        if self.store is None or self.loss == "al":
+            features, logits = self._target_signals(batch)
+            return features, logits[..., draft_ids], logits.argmax(-1), logits
+        rows = batch["rows"].tolist()  # host sync: disk lookup by row
+        features, last_hidden = self.store.batch(rows, input_ids.shape[1])
+        last_hidden = last_hidden.to(input_ids.device)
+        new = [i for i, r in enumerate(rows) if r not in self._argmax]
+        if new:
+            top = stored_logits(self.target, last_hidden[new]).argmax(-1)
+            self._argmax.update({rows[i]: top[k].cpu() for k, i in enumerate(new)})
+        width = input_ids.shape[1]
+        top = torch.stack([F.pad(self._argmax[r][:width], (0, width - min(width, len(self._argmax[r])))) for r in rows])
+        draft_logits = stored_logits(self.target, last_hidden, rows=draft_ids)
+        return features.to(input_ids.device), draft_logits, top.to(input_ids.device), None
+
     def __call__(self, model, batch):
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
-        features, target_logits = self._target_signals(batch)  # (B, T, F), (B, T, V)
+        features, target_draft, target_top, target_logits = self._target_view(batch)
         draft_ids = self.draft_ids.to(input_ids.device)
         counts = (batch["loss_mask"] * attention_mask).bool()
         T = input_ids.shape[1]
@@ -111,19 +137,22 @@ class Eagle3TrainingTimeTest:
                 nodes = node_of[j - 1][:, :span][m]
                 rows = m.nonzero()[:, 0]
                 p_logits = branch_logits[rows, nodes]  # (N, V)
-            else:
-                p_logits = target_logits[:, j + 1 : j + 1 + span][m]  # (N, V) the target's logits for token t+j+2
+                p_draft, p_top = p_logits[:, draft_ids], p_logits.argmax(-1)
+            else:  # the target's logits for token t+j+2: over the draft vocabulary (N, D), its argmax, all (N, V)
+                window = slice(j + 1, j + 1 + span)
+                p_draft, p_top = target_draft[:, window][m], target_top[:, window][m]
+                p_logits = None if target_logits is None else target_logits[:, window][m]
             q = logits[:, :span][m].float().log_softmax(-1)  # (N, D)
             if self.loss == "al":
                 alpha = acceptance_rate(q.exp(), p_logits.float().softmax(-1)[:, draft_ids])
                 alphas.append(torch.zeros(m.shape, device=alpha.device).masked_scatter(m, alpha))
                 loss_j = q.new_zeros(())
             else:
-                p = p_logits[:, draft_ids].float().softmax(-1)  # over the draft vocabulary
+                p = p_draft.float().softmax(-1)  # over the draft vocabulary
                 loss_j = -(p * q).sum(-1).sum() / max(q.shape[0], 1)
             total = total + self.step_decay**j * loss_j
             with torch.no_grad():
-                hit = (draft_ids[q.argmax(-1)] == p_logits.argmax(-1)).float()
+                hit = (draft_ids[q.argmax(-1)] == p_top).float()
                 acc = hit.mean() if hit.numel() else hit.new_zeros(())
                 chain = chain * acc
                 sim_tau = sim_tau + chain

@@ -1,0 +1,75 @@
+"""Code requests from the running Python's standard library (`data.prompts=stdlib_code`, or a `data.mix` entry).
+
+Each request is one top-level stdlib function cut to its signature and docstring, a stub the target completes, as
+HumanEval presents its problems. The target writes code on them without any dataset download. The functions are
+HumanEval's kind of task, never its text, so the eval prompts stay held out (the overlap check still runs).
+
+The file is built once per Python version into $DRAFTHUB_CACHE/prompt_sets/ (atomically, in a fixed shuffled
+order, so the first N of any cap span many modules). The distill hash covers its bytes, so another Python's
+stdlib distils again, not silently reused.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import random
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+from typing import Iterator
+
+from distill.inputs import cache_root
+from heads.formats.staging import atomic_write_text
+
+SKIPPED = ("test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip", "site-packages", "pydoc_data")
+MIN_DOC, MAX_DOC, MAX_STUB_LINES = 40, 600, 24  # docstrings that say what the function does, in a stub that fits
+
+
+def stdlib_code_file() -> Path:
+    """The requests file for this Python (built on first use): rows of {"prompt": stub, "category": module}."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    path = cache_root() / "prompt_sets" / f"stdlib_code-py{version}.jsonl"
+    if not path.is_file():
+        rows = list(_unique(stub for module in _modules(root) for stub in _stubs(module, root)))
+        random.Random(0).shuffle(rows)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _modules(root: Path) -> Iterator[Path]:
+    for path in sorted(root.rglob("*.py")):
+        if not set(path.relative_to(root).parts[:-1]) & set(SKIPPED) and not path.name.startswith("test_"):
+            yield path
+
+
+def _stubs(path: Path, root: Path) -> Iterator[dict]:
+    """Each public top-level function's signature and docstring, as a stub to complete."""
+    try:
+        source = path.read_text(encoding="utf-8")
+        tree = ast.parse(source)
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return
+    lines = source.splitlines()
+    module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+    for node in tree.body:
+        doc = ast.get_docstring(node) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        if doc is None or node.name.startswith("_") or not MIN_DOC <= len(doc) <= MAX_DOC:
+            continue
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        stub = lines[first - 1 : node.body[0].end_lineno]
+        if len(stub) <= MAX_STUB_LINES:
+            yield {"prompt": textwrap.dedent("\n".join(stub)) + "\n", "category": module}
+
+
+def _unique(rows: Iterator[dict]) -> Iterator[dict]:
+    seen: set[str] = set()
+    for row in rows:
+        key = hashlib.sha256(row["prompt"].encode()).hexdigest()
+        if key not in seen:
+            seen.add(key)
+            yield row

@@ -1,0 +1,70 @@
+"""Code requests from the stdlib (distill/stdlib_code.py): each public top-level function with a docstring becomes
+its signature and docstring, no body; tests, private names and duplicates are left out; built once per Python."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from distill import stdlib_code
+from distill.prompts import read_prompts
+
+MODULE = '''"""A module."""
+
+
+@functools.cache
+def mean_of(values: list[float], *, skip_nan: bool = False) -> float:
+    """Return the arithmetic mean of values, leaving NaNs out when skip_nan is set."""
+    values = [v for v in values if not (skip_nan and v != v)]
+    return sum(values) / len(values)
+
+
+def _private(x):
+    """A helper that is private to this module and never a request."""
+    return x
+
+
+def short(x):
+    """Too short."""
+
+
+class Box:
+    def open(self):
+        """A method: only top-level functions become requests, with their own context."""
+'''
+
+
+@pytest.fixture
+def stdlib(tmp_path, monkeypatch):
+    root = tmp_path / "lib"
+    (root / "pkg").mkdir(parents=True)
+    (root / "test").mkdir()
+    (root / "stats_like.py").write_text(MODULE)
+    (root / "pkg" / "__init__.py").write_text(MODULE)  # the same function twice: one request
+    (root / "test" / "helpers.py").write_text(MODULE.replace("mean_of", "in_a_test_dir"))
+    (root / "broken.py").write_text("def (:\n")
+    monkeypatch.setattr(stdlib_code.sysconfig, "get_paths", lambda: {"stdlib": str(root)})
+    monkeypatch.setenv("DRAFTHUB_CACHE", str(tmp_path / "cache"))
+    return root
+
+
+def test_a_request_is_the_signature_and_docstring_without_the_body(stdlib):
+    path = stdlib_code.stdlib_code_file()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows == [
+        {
+            "prompt": "@functools.cache\ndef mean_of(values: list[float], *, skip_nan: bool = False) -> float:\n"
+            '    """Return the arithmetic mean of values, leaving NaNs out when skip_nan is set."""\n',
+            "category": "pkg",
+        }
+    ]
+    assert path.parent == stdlib.parent / "cache" / "prompt_sets"
+
+
+def test_built_once_and_read_as_a_prompt_set(stdlib):
+    path = stdlib_code.stdlib_code_file()
+    (stdlib / "more.py").write_text(MODULE.replace("mean_of", "median_of"))
+    assert stdlib_code.stdlib_code_file() == path and len(path.read_text().splitlines()) == 1  # not rebuilt
+    requests = read_prompts("stdlib_code", None)
+    assert requests.conversations == [[{"role": "user", "content": json.loads(path.read_text())["prompt"]}]]
