@@ -113,12 +113,14 @@ def _fsdp_target(cfg: TargetConfig, device: torch.device, processes: int) -> tor
 
 @contextmanager
 def whole_embeddings(target: torch.nn.Module) -> Iterator[None]:
-    """The target's input embeddings and lm_head whole, for reading their weights or calling them directly.
+    """The target's input embeddings, lm_head and final norm whole, for reading their weights or calling them directly.
 
     Drafters copy them and the offline objectives apply the lm_head outside the target's forward; a
     sharded target must gather them first. Do not run the target's forward inside: it reshards.
     """
     params = [target.get_input_embeddings().weight, target.get_output_embeddings().weight]
+    norm = getattr(getattr(target.get_decoder(), "norm", None), "weight", None)  # EAGLE drafters copy it
+    params += [norm] if norm is not None else []
     if hasattr(params[0], "ds_id"):  # partitioned by ZeRO-3
         import deepspeed
 

@@ -92,9 +92,9 @@ class Eagle3TrainingTimeTest:
         features, last_hidden = self.store.batch(rows, input_ids.shape[1])
         last_hidden = last_hidden.to(input_ids.device)
         new = [i for i, r in enumerate(rows) if r not in self._argmax]
-        if new:
-            top = stored_logits(self.target, last_hidden[new]).argmax(-1)
-            self._argmax.update({rows[i]: top[k].cpu() for k, i in enumerate(new)})
+        # in every step, even with no new row: a sharded target gathers its lm_head in each call, collectively
+        top = stored_logits(self.target, last_hidden[new]).argmax(-1)
+        self._argmax.update({rows[i]: top[k].cpu() for k, i in enumerate(new)})
         width = input_ids.shape[1]
         top = torch.stack([F.pad(self._argmax[r][:width], (0, width - min(width, len(self._argmax[r])))) for r in rows])
         draft_logits = stored_logits(self.target, last_hidden, rows=draft_ids)
