@@ -275,7 +275,8 @@ class Eagle3Drafter(nn.Module):
     def from_target(cls, cfg, target, draft_vocab) -> "Eagle3Drafter":
         """A fresh drafter for `target` (any HF causal LM): its width, frozen copy of its embeddings,
         lm_head initialised from the target's rows of the draft vocabulary (heads.vocab.DraftVocab), and the
-        final norm from the target's (what that lm_head was trained to read) where the shapes agree."""
+        final norm from the target's (what that lm_head was trained to read) where it has one. A norm of another
+        shape is refused, not skipped: a partitioned (sharded, not gathered) norm once started a run elsewhere."""
         tc = target.config
         layer_ids = eagle3_layer_ids(cfg, tc.num_hidden_layers)
         embed, lm_head = target.get_input_embeddings().weight, target.get_output_embeddings().weight
@@ -285,7 +286,12 @@ class Eagle3Drafter(nn.Module):
         with torch.no_grad():
             drafter.embed_tokens.weight.copy_(embed.float())
             drafter.lm_head.weight.copy_(lm_head[draft_vocab.draft_to_target].float())
-            if target_norm is not None and target_norm.shape == drafter.norm.weight.shape:
+            if target_norm is not None:
+                if target_norm.shape != drafter.norm.weight.shape:
+                    raise HeadsError(
+                        f"the target's final norm has shape {tuple(target_norm.shape)}, the drafter's "
+                        f"{tuple(drafter.norm.weight.shape)}; gather a sharded target's weights before building it"
+                    )
                 drafter.norm.weight.copy_(target_norm.float())
             drafter.d2t.copy_(draft_vocab.d2t())
             drafter.t2d.copy_(draft_vocab.t2d(arch.vocab_size))
