@@ -193,24 +193,6 @@ embeddings and lm_head are shared, so none ships here. It was trained for blocks
 `num_speculative_tokens` up to {block - 1 if isinstance(block, int) else "block_size − 1"}."""
 
 
-def last_layer_refusal(drafter_class):
-    """llama.cpp's block drafters (draft-dflash, draft-dspark) read the target's layer *inputs*: the last layer's
-    output has none (llama-server aborts on its first decode), so a drafter fusing it cannot be served there."""
-
-    def refuse(job: ExportJob):
-        target_config = json.loads((llamacpp.local_dir(job.verifier["name_or_path"]) / CONFIG).read_text())
-        layers = target_config["num_hidden_layers"]
-        ids = drafter_class.from_pretrained(job.checkpoint).arch.layer_ids
-        if max(ids) >= layers:
-            return (
-                f"it fuses the target's last layer (drafter.layer_ids={list(ids)} of {layers}), and llama.cpp's "
-                f"block drafters read only layer inputs; train it with layer ids below {layers}"
-            )
-        return None
-
-    return refuse
-
-
 FAMILY = Family(
     kind="dflash",
     schema=DFlashConfig,
@@ -224,7 +206,7 @@ FAMILY = Family(
     library="vllm",
     consumers=(
         vllm.consumer("dflash", patch=served_patch),
-        llamacpp.consumer("draft-dflash", feature_drafter=True, refuse=last_layer_refusal(DFlashDrafter)),
+        llamacpp.consumer("draft-dflash", feature_drafter=True, refuse=llamacpp.refuse_last_layer(DFlashDrafter)),
     ),
     about=_about,
     describe=_describe,

@@ -24,7 +24,6 @@ from heads.families.dflash import (
     CONFIG,
     arch_fields,
     block_gamma,
-    last_layer_refusal,
     load_tensors,
     qwen3_fields,
     read_block,
@@ -137,7 +136,7 @@ FAMILY = Family(
     library="vllm",
     consumers=(
         vllm.consumer("dflash", missing=needs_vllm_gpu_runner("DFlash2")),
-        llamacpp.consumer("draft-dflash", feature_drafter=True, refuse=last_layer_refusal(DFlash2Drafter)),
+        llamacpp.consumer("draft-dflash", feature_drafter=True, refuse=llamacpp.refuse_last_layer(DFlash2Drafter)),
     ),
     about=_about,
     describe=_describe,

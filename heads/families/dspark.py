@@ -29,7 +29,6 @@ from heads.families.base import ExportJob, Family, read_config
 from heads.families.dflash import (
     CONFIG,
     arch_fields,
-    last_layer_refusal,
     load_tensors,
     qwen3_fields,
     read_block,
@@ -158,7 +157,7 @@ FAMILY = Family(
     library="vllm",
     consumers=(
         vllm.consumer("dspark", missing=needs_vllm_gpu_runner("DSpark")),
-        llamacpp.consumer("draft-dspark", feature_drafter=True, refuse=last_layer_refusal(DSparkDrafter)),
+        llamacpp.consumer("draft-dspark", feature_drafter=True, refuse=llamacpp.refuse_last_layer(DSparkDrafter)),
     ),
     about=_about,
     describe=_describe,

@@ -77,7 +77,11 @@ FAMILY = Family(
     load=load_speculators,
     lint=check_speculators,
     library="vllm",
-    consumers=(vllm.consumer("eagle3"), llamacpp.consumer("draft-eagle3", feature_drafter=True), sglang.EAGLE3),
+    consumers=(
+        vllm.consumer("eagle3"),
+        llamacpp.consumer("draft-eagle3", feature_drafter=True, refuse=llamacpp.refuse_last_layer(Eagle3Drafter)),
+        sglang.EAGLE3,
+    ),
     about=_about,
     details=details,
     describe=describe,

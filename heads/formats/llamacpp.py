@@ -314,6 +314,26 @@ def server_args(spec_type: str, gamma: int, extra: Callable[[dict, int], list[st
     ]
 
 
+def refuse_last_layer(drafter_class) -> Callable[[Any], Optional[str]]:
+    """llama.cpp's feature drafters (draft-eagle3, draft-dflash, draft-dspark) read the target's layer *inputs*;
+    the last layer's output (layer id N) is none of them. DFlash's then aborts on its first decode; EAGLE-3's reads
+    a buffer a Llama target never writes and drafts on, accepted less often (measured on the micro target: served
+    τ 5-10 % below ours, never an error). A drafter fusing id N is refused before converting."""
+
+    def refuse(job) -> Optional[str]:
+        target_config = json.loads((local_dir(job.verifier["name_or_path"]) / "config.json").read_text())
+        layers = target_config.get("text_config", target_config)["num_hidden_layers"]
+        ids = list(drafter_class.from_pretrained(job.checkpoint).arch.layer_ids)
+        if max(ids) >= layers:
+            return (
+                f"it fuses the target's last layer (drafter.layer_ids={ids} of {layers}), and llama.cpp's feature "
+                f"drafters read only layer inputs; train it with layer ids below {layers}"
+            )
+        return None
+
+    return refuse
+
+
 def consumer(
     spec_type: str,
     *,

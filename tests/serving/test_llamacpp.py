@@ -1,6 +1,7 @@
 """llama.cpp as a serving engine: GGUF exports written by llama.cpp's own converter, served by llama-server, its
 counters and outputs compared with our engine's; the tokenizer declaration checked and refused when it fails."""
 
+import copy
 import json
 import shutil
 import urllib.request
@@ -99,7 +100,30 @@ def test_a_missing_llama_cpp_is_one_line_naming_the_build_script(tmp_path, monke
 
 
 @pytest.fixture(scope="module")
-def gguf_exports(tmp_path_factory, micro_world, target, tokenizer):
+def deeper_target(tmp_path_factory, target, tokenizer):
+    """The micro target with a third layer that adds nothing (its attention and MLP outputs zero): the same outputs
+    and features, but layer id 2 is now a layer input, which llama.cpp's EAGLE-3 reads (see refuse_last_layer)."""
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(target.config)
+    config.num_hidden_layers += 1
+    deeper = AutoModelForCausalLM.from_config(config).eval()
+    state = target.state_dict()
+    last = target.config.num_hidden_layers - 1
+    new = {k.replace(f"layers.{last}.", f"layers.{last + 1}."): v for k, v in state.items() if f"layers.{last}." in k}
+    deeper.load_state_dict({**state, **new})
+    with torch.no_grad():
+        added = deeper.model.layers[last + 1]
+        added.self_attn.o_proj.weight.zero_()
+        added.mlp.down_proj.weight.zero_()
+    out = tmp_path_factory.mktemp("deeper")
+    deeper.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return deeper, out
+
+
+@pytest.fixture(scope="module")
+def gguf_exports(tmp_path_factory, micro_world, target, tokenizer, deeper_target):
     """The served-check tests' fitted drafters, exported as publish.engines=[llamacpp] exports them."""
     from tests.eval.dflash_fit import fit_dflash, fit_dflash2, fit_dspark
     from tests.eval.eagle_fit import fit_eagle
@@ -107,10 +131,12 @@ def gguf_exports(tmp_path_factory, micro_world, target, tokenizer):
 
     root = tmp_path_factory.mktemp("gguf")
     verifier = {"name_or_path": str(micro_world.target_dir), "architectures": ["LlamaForCausalLM"]}
+    deeper_verifier = {**verifier, "name_or_path": str(deeper_target[1])}
     engines = ("llamacpp",)
     return {
         "draft_lm": export(fitted_draft_lm(target, tokenizer), root / "draft_lm", tokenizer=tokenizer, engines=engines),
-        "eagle3": export(fit_eagle(target), root / "eagle3", verifier=verifier, engines=engines),
+        # fitted on the micro target, served on its deeper twin: layer ids [0, 1, 2] are all layer inputs there
+        "eagle3": export(fit_eagle(target), root / "eagle3", verifier=deeper_verifier, engines=engines),
         "ngram": export(NgramDrafter(prompt_lookup_min=1, prompt_lookup_max=3), root / "ngram", engines=engines),
         "layer_skip": export(
             LayerSkipDrafter.from_target(target, [1]), root / "layer_skip", tokenizer=tokenizer, engines=engines
@@ -125,9 +151,10 @@ def gguf_exports(tmp_path_factory, micro_world, target, tokenizer):
 @needs_llamacpp
 @pytest.mark.parametrize("kind", ["draft_lm", "eagle3", "dflash", "dspark", "dflash2", "layer_skip", "ngram"])
 def test_llama_server_serves_each_gguf_export_as_our_engine_runs_it(
-    kind, gguf_exports, target, tokenizer, micro_world, prompt_ids
+    kind, gguf_exports, target, tokenizer, micro_world, prompt_ids, deeper_target
 ):
-    report = _serve(target, tokenizer, micro_world, gguf_exports[kind], prompt_ids, cfg=CFG)
+    model, target_dir = deeper_target if kind == "eagle3" else (target, None)
+    report = _serve(model, tokenizer, micro_world, gguf_exports[kind], prompt_ids, cfg=CFG, target_dir=target_dir)
     served = report["served"]
     methods = {
         "eagle3": "draft-eagle3",
@@ -147,13 +174,16 @@ def test_llama_server_serves_each_gguf_export_as_our_engine_runs_it(
         assert len(served["per_position_acceptance"]) == CFG.num_speculative_tokens
 
 
-def test_a_dflash_fusing_the_last_target_layer_is_refused_before_converting(tmp_path, micro_world, target):
-    """llama-server aborts on such a drafter's first decode (its DFlash reads layer inputs only)."""
+@pytest.mark.parametrize(("kind", "ids"), [("dflash", "1, 2"), ("eagle3", "0, 1, 2")])
+def test_a_drafter_fusing_the_last_target_layer_is_refused_before_converting(kind, ids, tmp_path, micro_world, target):
+    """llama.cpp's feature drafters read layer inputs only: its DFlash aborts on such a drafter's first decode, its
+    EAGLE-3 drafts from a buffer the target never writes (test above: its deeper twin serves the same drafter)."""
     from tests.eval.dflash_fit import fit_dflash
+    from tests.eval.eagle_fit import fit_eagle
 
     verifier = {"name_or_path": str(micro_world.target_dir), "architectures": ["LlamaForCausalLM"]}
-    drafter = fit_dflash(target, steps=1)  # layer ids [1, 2]: 2 is the micro target's last layer
-    with pytest.raises(HeadsError, match=r"fuses the target's last layer \(drafter.layer_ids=\[1, 2\] of 2\)"):
+    drafter = {"dflash": fit_dflash, "eagle3": fit_eagle}[kind](target, steps=1)  # id 2: the last layer's output
+    with pytest.raises(HeadsError, match=rf"fuses the target's last layer \(drafter.layer_ids=\[{ids}\] of 2\)"):
         export(drafter, tmp_path / "d", verifier=verifier, engines=("llamacpp",))
     assert not (tmp_path / "d").exists()  # no partial export
 

@@ -100,8 +100,9 @@ def exports(tmp_path_factory, target, tokenizer):
     }
 
 
-def _serve(target, tokenizer, micro_world, drafter_dir, prompt_ids, cfg=CFG, served_dir=None):
-    """Our engine on drafter_dir, vLLM on served_dir (default: the same directory)."""
+def _serve(target, tokenizer, micro_world, drafter_dir, prompt_ids, cfg=CFG, served_dir=None, target_dir=None):
+    """Our engine on drafter_dir, the engine on served_dir (default: the same directory); `target` is loaded from
+    target_dir (default: the micro world's)."""
     kind = family_of_export(drafter_dir).kind
     proposer, _ = load_proposer(drafter_dir, target, len(tokenizer), cfg, "cpu")
     chain = lambda: load_proposer(drafter_dir, target, len(tokenizer), EvalConfig(), "cpu")[0]  # noqa: E731
@@ -109,7 +110,7 @@ def _serve(target, tokenizer, micro_world, drafter_dir, prompt_ids, cfg=CFG, ser
     served = served_hook(
         cfg,
         target_model=target,
-        target_path=str(micro_world.target_dir),
+        target_path=str(target_dir or micro_world.target_dir),
         export_dir=served_dir or drafter_dir,
         chain_proposer=chain,
         eos_ids=eos,
