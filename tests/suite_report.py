@@ -71,7 +71,7 @@ _PENDING: list = []  # what the current test started, sent with its report
 _EVENTS: collections.Counter = collections.Counter()  # engine kind (and helper event) → count
 _EVENTS_BY_FILE: collections.Counter = collections.Counter()
 _RECORDS: list = []  # $DRAFTHUB_SUITE_ENGINES names a JSON file to write them to
-_FILE_SECONDS: collections.Counter = collections.Counter()
+_FILE_SECONDS: collections.Counter = collections.Counter()  # $DRAFTHUB_SUITE_TIMES: a JSON file for MEASURED_S
 _SESSION: dict = {"over": []}
 
 
@@ -223,6 +223,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
         write(f"{n:4d}  {file}")
     if os.environ.get("DRAFTHUB_SUITE_ENGINES"):
         Path(os.environ["DRAFTHUB_SUITE_ENGINES"]).write_text(json.dumps(_RECORDS, indent=1))
+    if os.environ.get("DRAFTHUB_SUITE_TIMES"):
+        times = {file: round(seconds, 1) for file, seconds in _FILE_SECONDS.most_common()}
+        Path(os.environ["DRAFTHUB_SUITE_TIMES"]).write_text(json.dumps(times, indent=1))
     if _SESSION["over"]:
         terminalreporter.section("TIME BUDGET EXCEEDED", red=True, bold=True)
         for line in _SESSION["over"]:
