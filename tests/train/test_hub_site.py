@@ -15,6 +15,8 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from bs4 import BeautifulSoup
 
+from heads.families import FAMILIES
+from heads.formats import ENGINE_NAMES
 from heads.ngram import NgramDrafter
 from tests.cli_runs import run_push
 from tests.conftest import REPO
@@ -178,6 +180,23 @@ def test_list_prints_what_the_leaderboards_show(registry):
     for line in lines:
         target, *shown, path = line.split("\t")
         assert shown == board["/".join(path.split("/")[1:])]
+
+
+def test_a_drafter_served_by_each_checked_engine_is_published_its_page_naming_it(tmp_path, target, tokenizer):
+    """Every engine a served check can run writes its own served section (llama.cpp's has no vllm_version): each is
+    published, the site renders, and the page names the engine and its version."""
+    engines = sorted({c.engine for f in FAMILIES.values() for c in f.consumers if c.checked})
+    assert {"vllm", "llamacpp"} <= set(engines)
+    hub = tmp_path / "hub"
+    for engine in engines:
+        served = {k: v for k, v in SERVED.items() if k != "vllm_version"} | {"engine": engine, "engine_version": "9.9"}
+        drafter = published_drafter(tmp_path / engine, target, tokenizer, model_name=f"by-{engine}", served=served)
+        publish_local(drafter, hub, verify_prompts=0)
+    for row in read_index(hub):
+        folder, model, version = row["path"].split("/")
+        text = _soup(hub / "site" / folder / model / f"{version}.html").select_one("#served").get_text(" ", strip=True)
+        engine = row["model_name"].removeprefix("by-")
+        assert text.startswith(f"{ENGINE_NAMES[engine]} 9.9 served these files"), text
 
 
 def test_the_site_is_swapped_whole_and_a_stale_or_failed_build_is_repaired(tmp_path, target, tokenizer, monkeypatch):

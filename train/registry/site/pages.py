@@ -17,7 +17,7 @@ from typing import Optional
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from eval.report import plot_acceptance, plot_load, plot_sweep
-from heads.card import training_line
+from heads.card import served_engine, training_line
 from heads.families import CATEGORIES, usage_text
 from heads.load_card import LOAD_PLOT, load_section
 from train.bakeoff import recommend
@@ -177,6 +177,7 @@ def _drafter_page(hub: Path, row: dict, entry: dict, build: Path, previous: Opti
         "plots": _plots(ev, build, previous),
         "settings": ev.get("settings") or {},
         "served": ev.get("served"),
+        "served_engine": served_engine(ev["served"]) if ev.get("served") else None,  # vLLM's, llama.cpp's: any engine
         "serving_load_html": markdown_html(load_section(ev.get("serving_load"), plot=False, heading=False)),
         "usage_html": markdown_html(USE_IT.sub("", usage_text(prov, target=target, export_dir=str(version.resolve())))),
         "provenance": _provenance(prov),
