@@ -196,6 +196,18 @@ def _summarize(report: dict) -> None:
         sys.exit(3)
 
 
+def _check_out_dir(out_dir: Path, drafter: Path) -> None:
+    """The report never lands in the export: its eval_samples.jsonl and speculation_profile.json are the export's own
+    (what the publish gate checks), and only record=true may change them."""
+    out, export = out_dir.resolve(), drafter.resolve()
+    if out == export or export in out.parents:
+        where = "is the drafter directory" if out == export else f"is inside the drafter directory {drafter}"
+        raise EvalError(
+            f"out_dir={out_dir} {where}: the report would overwrite the export's files; pass another out_dir "
+            "(record=true then records the report in the drafter directory for the publish gate)"
+        )
+
+
 @hydra.main(config_path="pkg://conf", config_name="eval", version_base=None)
 @explained
 def main(cfg) -> None:
@@ -214,6 +226,7 @@ def main(cfg) -> None:
         drafter = Path(app.drafter_dir)
         if not drafter.is_dir():
             raise EvalError(f"drafter_dir={drafter} is not a directory; pass an exported drafter directory")
+        _check_out_dir(Path(app.out_dir), drafter)
         rows = read_prompts(app.prompts, app.split, column=app.prompts_column, prompts_key="prompts", split_key="split")
         rows = rows.across_categories()  # as the pipeline's eval takes them: every category within eval.num_prompts
         family_of_export(drafter)  # a directory no family reads is refused before the target loads

@@ -6,6 +6,7 @@ runs a few of the same through a fresh interpreter.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -226,6 +227,18 @@ CASES = [
         "ok.jsonl:1: no field 'question', only ['messages']; set eval_prompts_column to the one holding the prompts",
     ),
     (
+        "eval writing its report into the drafter directory",
+        "eval",
+        ["drafter_dir={f}/real-draft", "prompts={f}/ok.jsonl", "out_dir={f}/real-draft", "target_path={micro}"],
+        "real-draft is the drafter directory: the report would overwrite the export's files; pass another out_dir",
+    ),
+    (
+        "eval writing its report inside the drafter directory",
+        "eval",
+        ["drafter_dir={f}/real-draft", "prompts={f}/ok.jsonl", "out_dir={f}/real-draft/eval", "target_path={micro}"],
+        "real-draft/eval is inside the drafter directory",
+    ),
+    (
         "eval against a target with only pytorch_model.bin",
         "eval",
         ["drafter_dir={f}/real-draft", "prompts={f}/ok.jsonl", "out_dir={t}/out"]
@@ -299,6 +312,22 @@ def test_a_run_directory_keeps_nothing_a_killed_write_left(tmp_path):
         "drafter/config.json",
         "eval",
     ]
+
+
+def _digest(directory) -> dict:
+    return {p.relative_to(directory): hashlib.sha256(p.read_bytes()).hexdigest() for p in directory.rglob("*")
+            if p.is_file()}  # fmt: skip
+
+
+def test_python_m_eval_leaves_the_drafter_directory_byte_identical(files, micro_world, tmp_path):
+    """Without record=true nothing in drafter_dir changes: not by a measured run, not by a refused one."""
+    drafter, before = files / "real-draft", _digest(files / "real-draft")
+    common = [f"drafter_dir={drafter}", f"prompts={files}/ok.jsonl", f"target_path={micro_world.target_dir}"]
+    small = ["eval.num_prompts=1", "eval.max_new_tokens=8", "eval.warmup_prompts=0", "eval.gamma_sweep=[]"]
+    code, _, err = run_app("eval", [*common, *small, f"out_dir={tmp_path / 'out'}"])
+    assert code == 0 and (tmp_path / "out" / "eval_report.json").is_file(), err
+    assert run_app("eval", [*common, *small, f"out_dir={drafter}"])[0] == 2
+    assert _digest(drafter) == before
 
 
 def test_a_read_only_directory_is_not_locked(tmp_path):
