@@ -33,6 +33,8 @@ def test_a_level_gives_both_sides_the_speedups_and_the_served_acceptance():
         and level["no_speculation"]["output_tokens_per_second"] == 11.0
     )
     assert level["throughput_speedup"] == 2.0
+    lo, hi = level["throughput_speedup_interval"]["low"], level["throughput_speedup_interval"]["high"]
+    assert lo <= 2.0 <= hi and hi - lo < 0.2  # the interval is the throughput ratio's own, not a per-request median's
     # TPOT = (latency − TTFT) ÷ (tokens − 1): 50 and 100 ms with, 100 and 200 ms without; medians 75 and 150 ms
     assert level["speculative"]["tpot_ms"]["median"] == pytest.approx(75.0)
     assert level["no_speculation"]["tpot_ms"]["median"] == pytest.approx(150.0)
