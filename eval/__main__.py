@@ -217,6 +217,7 @@ def main(cfg) -> None:
     from eval.measure_export import measure_export
     from eval.prompts import measured_prompts, prompt_room, target_answers
     from eval.proposers import load_proposer
+    from eval.serving import preflight
     from heads.errors import HeadsError
     from heads.families import family_of_export
 
@@ -230,6 +231,7 @@ def main(cfg) -> None:
         rows = read_prompts(app.prompts, app.split, column=app.prompts_column, prompts_key="prompts", split_key="split")
         rows = rows.across_categories()  # as the pipeline's eval takes them: every category within eval.num_prompts
         family_of_export(drafter)  # a directory no family reads is refused before the target loads
+        preflight(app.eval, drafter)  # the served check's and load sweep's own refusals, before the target loads
         target_name = _resolved_target(app.target_path or _target_of(drafter), app.target_gguf_file)
         tokenizer, target = _load_target(app, drafter, target_name)
         proposer, kind = load_proposer(drafter, target, len(tokenizer), app.eval, target.device)

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Optional
 
 from eval.config import EvalConfig
-from eval.errors import EvalError
 from eval.proposer import Proposer
 from eval.proposers import load_proposer
 from eval.run import evaluate
-from eval.serving import missing_reason, served_hook
+from eval.serving import preflight, served_hook
 from eval.serving.load import load_check
 
 
@@ -42,10 +41,9 @@ def measure_export(
     names["target"] is not loadable as it stands (a toy world's alias); None = names["target"]. categories: per
     prompt, its category (eval.prompts.MeasuredPrompts), for the report's figures per category.
     """
+    preflight(cfg, export_dir)  # what the directory, settings and URLs decide: before anything is decoded
     served = None
     if cfg.serve:
-        if reason := missing_reason(cfg.serve):
-            raise EvalError(f"serve={cfg.serve}: {reason}")
         chain_cfg, device = replace(cfg, tree=None), next(target.parameters()).device
         served = served_hook(
             cfg,
@@ -60,8 +58,6 @@ def measure_export(
         )
     under_load = None
     if cfg.serve_load:
-        if reason := missing_reason("vllm"):
-            raise EvalError(f"eval.serve_load: {reason}")
         dtype = str(next(target.parameters()).dtype).removeprefix("torch.")
         under_load = partial(
             load_check,

@@ -330,6 +330,61 @@ def test_python_m_eval_leaves_the_drafter_directory_byte_identical(files, micro_
     assert _digest(drafter) == before
 
 
+def _closed_url() -> str:
+    from eval.serving.process import free_port
+
+    return f"http://127.0.0.1:{free_port()}"  # nothing listens there
+
+
+# (case, app, arguments, expected): refusals the serving engines' presence would otherwise pre-empt (they are taken as
+# installed here), made before the target decodes anything
+SERVING_CASES = [
+    (
+        "eval against deployed servers that do not answer",
+        "eval",
+        ["eval.serve_load=[1]", "eval.serve_url={url}", "eval.baseline_url={url}"],
+        "eval.serve_url={url}: no server answers at {url}/health",
+    ),
+    (
+        "the pipeline against deployed servers that do not answer",
+        "train",
+        [
+            *TRAIN,
+            "stages=[distill,train,eval]",
+            "eval.serve_load=[1]",
+            "eval.serve_url={url}",
+            "eval.baseline_url={url}",
+        ],
+        "eval.serve_url={url}: no server answers at {url}/health",
+    ),
+    ("eval served by llama.cpp without the GGUF", "eval", ["eval.serve=llamacpp"], "real-draft has no gguf/"),
+]
+
+
+@pytest.mark.parametrize("case,app,args,expected", SERVING_CASES, ids=[c[0] for c in SERVING_CASES])
+def test_serving_refusals_come_before_any_decoding(
+    case, app, args, expected, files, micro_world, tmp_path, monkeypatch
+):
+    import eval.serving
+    import eval.serving.llamacpp
+    import train.stages.preflight
+
+    for module in (eval.serving, eval.serving.llamacpp, train.stages.preflight):
+        monkeypatch.setattr(module, "missing_reason", lambda *engine: None)
+    monkeypatch.chdir(tmp_path)
+    url = _closed_url()
+    drafter, before = files / "real-draft", _digest(files / "real-draft")
+    argv = [a.format(url=url) for a in args] + [
+        f"run_dir={tmp_path / 'run'}" if app == "train" else f"out_dir={tmp_path / 'out'}"
+    ]
+    if app == "eval":
+        argv += [f"drafter_dir={drafter}", f"prompts={files}/ok.jsonl", f"target_path={micro_world.target_dir}"]
+    code, lines = _app(app, argv, None)
+    assert code == 2 and len(lines) == 1 and expected.format(url=url) in lines[0], lines
+    assert not (tmp_path / "out").exists() and not list((tmp_path / "run").rglob("manifest.json"))  # nothing decoded
+    assert _digest(drafter) == before
+
+
 def test_a_read_only_directory_is_not_locked(tmp_path):
     """Nobody can change it, and the lock file could not be created: a finished run is re-read in place."""
     ro = tmp_path / "ro"

@@ -36,6 +36,25 @@ def missing_reason(engine: str) -> Optional[str]:
     return server(engine).missing_reason()
 
 
+def preflight(cfg: EvalConfig, export_dir: str | Path) -> None:
+    """What the export directory, the settings and the URLs alone decide, checked before the target decodes anything
+    (the served check and the load sweep run after every prompt has been decoded): one line naming the fix."""
+    from eval.serving.load import check_servers_answer
+    from heads.families import family_of_export
+
+    family = family_of_export(export_dir)
+    if cfg.serve:
+        if reason := missing_reason(cfg.serve):
+            raise EvalError(f"eval.serve={cfg.serve}: {reason}")
+        server(cfg.serve).servable(export_dir)
+    if cfg.serve_load:
+        if reason := missing_reason(vllm.ENGINE):
+            raise EvalError(f"eval.serve_load: {reason}")
+        if cfg.serve_url is None and family.not_served(vllm.ENGINE):
+            raise EvalError(f"eval.serve_load: {family.not_served(vllm.ENGINE)}; set eval.serve_load=[]")
+        check_servers_answer(cfg)
+
+
 def served_hook(
     cfg: EvalConfig,
     *,

@@ -140,7 +140,7 @@ def near_ties(target_model, prompts: list, outputs: list, reference: list) -> di
     return found
 
 
-def _servable(drafter_dir: str | Path):
+def servable(drafter_dir: str | Path):
     """The export's llama.cpp consumer; one line naming the fix where llama.cpp, the family or the GGUF is missing."""
     reason = missing_reason()
     if reason:
@@ -177,7 +177,7 @@ def served_check(
         ours: our figures for a chain of γ on the same prompts.
         target_model: the loaded target, to tell a divergence at a near-tie from a real one.
     """
-    consumer, gamma = _servable(drafter_dir), cfg.num_speculative_tokens
+    consumer, gamma = servable(drafter_dir), cfg.num_speculative_tokens
     spec = consumer.speculative_config(Path(drafter_dir), gamma)
     if cfg.draft_confidence_min is not None:  # our adaptive length: the same cut by the drafter's confidence head
         at = spec["args"].index("--spec-draft-p-min") + 1

@@ -130,6 +130,20 @@ def sweep(spec_url: str, base_url: str, tokenizer_name: str, texts: list[str], c
     return {"levels": levels, "break_even": break_even(levels)}
 
 
+def check_servers_answer(cfg: EvalConfig) -> None:
+    """eval.serve_url and eval.baseline_url answer /health, before any prompt is decoded (the sweep runs last)."""
+    for key, url in (("eval.serve_url", cfg.serve_url), ("eval.baseline_url", cfg.baseline_url)):
+        if url is None:
+            continue
+        try:
+            http_get(url.rstrip("/") + "/health", 10.0)
+        except OSError as e:
+            raise EvalError(
+                f"{key}={url}: no server answers at {url.rstrip('/')}/health ({getattr(e, 'reason', e)}); start it "
+                "or fix the URL"
+            ) from None
+
+
 def load_check(
     target: str,
     drafter_dir: str | Path,

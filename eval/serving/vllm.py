@@ -169,6 +169,14 @@ def serve_and_decode(
             _shutdown(base)
 
 
+def servable(drafter_dir: str | Path):
+    """The export's vLLM consumer; one line naming the fix where the family cannot be served here."""
+    family = family_of_export(drafter_dir)
+    if family.not_served(ENGINE):
+        raise EvalError(f"{family.not_served(ENGINE)}; set eval.serve=null")
+    return family.consumer(ENGINE)
+
+
 def served_check(
     target: str,
     drafter_dir: str | Path,
@@ -191,10 +199,7 @@ def served_check(
     """
     import vllm
 
-    family, gamma = family_of_export(drafter_dir), cfg.num_speculative_tokens
-    if family.not_served(ENGINE):
-        raise EvalError(f"{family.not_served(ENGINE)}; set eval.serve=null")
-    consumer = family.consumer(ENGINE)
+    consumer, gamma = servable(drafter_dir), cfg.num_speculative_tokens
     speculative_config = consumer.speculative_config(Path(drafter_dir), gamma)
     t0 = time.perf_counter()
     with consumer.patch(Path(drafter_dir)):  # the family's workaround for a known vLLM bug, if any

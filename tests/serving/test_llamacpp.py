@@ -328,7 +328,7 @@ def test_a_quantized_gguf_target_is_judged_against_llama_servers_own_output(tmp_
     from tests.gguf_files import write_gguf
 
     spec = SimpleNamespace(speculative_config=lambda d, g: {"method": "draft-simple", "args": []}, rule_difference=None)
-    monkeypatch.setattr(served_llamacpp, "_servable", lambda drafter_dir: spec)
+    monkeypatch.setattr(served_llamacpp, "servable", lambda drafter_dir: spec)
     monkeypatch.setattr(served_llamacpp, "server_version", lambda: "stub")
     reference, served = [[5, 6, 7], [7, 9, 9]], [[5, 6, 7], [7, 8, 8]]  # prompt 1 left our greedy output
     ours = {"tau": 2.0, "per_position_acceptance": [0.6, 0.4, 0.2], "speedup": 1.0, "speedup_spread": {}}

@@ -11,6 +11,7 @@ from distill.errors import DistillError
 from eval.config import SERVING_ENGINES
 from eval.proposers import check_eval_settings
 from eval.serving import missing_reason
+from eval.serving.load import check_servers_answer
 from eval.vocabulary import tokenizer_matches
 from heads.families import get_family
 from train.config import STAGES, RunConfig
@@ -66,6 +67,8 @@ def check_run(cfg: RunConfig) -> None:
         raise PipelineError(f"eval.serve_load: {missing_reason('vllm')}, or set eval.serve_load=[]")
     if cfg.eval.serve_load and cfg.eval.serve_url is None and family.not_served("vllm"):
         raise PipelineError(f"eval.serve_load: {family.not_served('vllm')}; set eval.serve_load=[]")
+    if cfg.eval.serve_load and cfg.eval.serve_url is not None and not cfg.dry_run:
+        check_servers_answer(cfg.eval)  # deployed servers: before distillation, not after every decode
     for engine in cfg.publish.engines:
         if family.not_served(engine):
             raise PipelineError(f"publish.engines has {engine}: {family.not_served(engine)}; leave it out")
