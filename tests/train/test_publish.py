@@ -42,7 +42,13 @@ def _refusals(tmp_path, target, tokenizer):
     d = published_drafter(tmp_path / "no-eval", target, tokenizer)
     prov = json.loads((d / "drafthub.json").read_text())
     (d / "drafthub.json").write_text(json.dumps({**prov, "eval": None}))
-    cases.append(("missing report", d, "no eval report"))
+    cases.append(
+        (
+            "missing report",
+            d,
+            "run the pipeline's eval stage, or python -m eval drafter_dir=",
+        )
+    )
     cases.append(("not lossless", published_drafter(tmp_path / "lossy", target, tokenizer, equal=3), "not lossless"))
     cases.append(
         ("below min_tau", published_drafter(tmp_path / "weak", target, tokenizer, min_tau=3.0), "below min_tau=3.0")
@@ -98,8 +104,10 @@ def _refusals(tmp_path, target, tokenizer):
 def test_gate_refuses_every_failing_case_and_the_registry_stays_untouched(tmp_path, target, tokenizer):
     hub = tmp_path / "hub"
     for case, d, message in _refusals(tmp_path, target, tokenizer):
-        with pytest.raises(PublishError, match=re.escape(message)):
+        with pytest.raises(PublishError, match=re.escape(message)) as refused:
             check_publishable(d)
+        if case == "missing report":  # what the message tells the user to run is what records a report
+            assert "record=true (without record=true the report stays in out_dir)" in str(refused.value)
         with pytest.raises(PublishError, match=re.escape(message)):
             publish_local(d, hub)
         assert not hub.exists() or not any(hub.iterdir()), case  # nothing half-written

@@ -134,11 +134,14 @@ def gate(provenance: dict, drafter_dir: str | Path, min_tau: Optional[float] = N
     d = Path(drafter_dir)
     report = provenance.get("eval")
     if not report or "tau" not in report:
-        raise PublishError(f"refusing to publish {d}: no eval report; run the eval stage or python -m eval first")
+        raise PublishError(
+            f"refusing to publish {d}: no eval report recorded in its drafthub.json; run the pipeline's eval stage, "
+            f"or python -m eval drafter_dir={d} … record=true (without record=true the report stays in out_dir)"
+        )
     if report.get("export_sha256") != served_files_hash(d):
         raise PublishError(
             f"refusing to publish {d}: its files are not the ones evaluated (stale eval report: the export hash in "
-            "drafthub.json does not match); re-run eval and publish on this checkpoint"
+            "drafthub.json does not match); re-run eval (python -m eval … record=true) and publish on this checkpoint"
         )
     bar = (
         min_tau
