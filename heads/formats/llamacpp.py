@@ -88,8 +88,13 @@ def tool(name: str) -> Optional[Path]:
 
 
 def missing_converter() -> Optional[str]:
+    """Why no GGUF can be written here. A llama-server on PATH brings no converter: only the pinned source does."""
     if converter() is None:
-        return f"llama.cpp's converter (convert_hf_to_gguf.py) is not in {source_dir()}; {BUILD_HINT}"
+        return (
+            f"llama.cpp's converter (convert_hf_to_gguf.py) is not in {source_dir()}; unpack the pinned llama.cpp "
+            "source with it (and build the server) once with `python scripts/build_llamacpp.py` (~20 min on 2 cores), "
+            "or point DRAFTHUB_LLAMACPP at a directory holding such a build"
+        )
     return None
 
 

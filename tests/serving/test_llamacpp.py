@@ -95,6 +95,7 @@ def test_a_missing_llama_cpp_is_one_line_naming_the_build_script(tmp_path, monke
     monkeypatch.setenv("PATH", str(tmp_path))
     reason = llamacpp.missing()
     assert "scripts/build_llamacpp.py" in reason and "\n" not in reason
+    assert "PATH" not in reason  # the converter is what is missing first: a llama-server on PATH would not bring it
     with pytest.raises(EvalError, match="eval.serve=llamacpp: .*build_llamacpp"):
         served_llamacpp.served_check("t", tmp_path, [[1]], reference=[[1]], ours={}, cfg=CFG, eos_ids=set(), dtype="")
 
