@@ -99,6 +99,12 @@ def write_dflash(drafter: DFlashDrafter, out: Path) -> None:
 def arch_fields(config: dict, path: Path, name: str) -> dict:
     """DFlashArch's fields from a block family's Qwen3 config.json (layer ids and mask id are the family's)."""
     rope = config.get("rope_parameters") or {}
+    block = config.get("block_size", 8)
+    if not isinstance(block, int) or block < 2:
+        raise HeadsError(
+            f"{path}/{CONFIG}: block_size={block!r}, but a {name} block is the anchor token and at least one draft "
+            "slot (≥ 2, the block it was trained for); restore the exported value or re-export the drafter"
+        )
     try:
         return dict(
             hidden_size=config["hidden_size"],
@@ -109,7 +115,7 @@ def arch_fields(config: dict, path: Path, name: str) -> dict:
             num_hidden_layers=config["num_hidden_layers"],
             vocab_size=config["vocab_size"],
             target_hidden_size=config.get("target_hidden_size") or config["hidden_size"],
-            block_size=config.get("block_size", 8),
+            block_size=block,
             rms_norm_eps=config.get("rms_norm_eps", 1e-6),
             rope_theta=float(rope.get("rope_theta") or config.get("rope_theta") or 1e6),  # vLLM's default: 1e6
             max_position_embeddings=config.get("max_position_embeddings", 2048),

@@ -54,6 +54,7 @@ CONFIG_EDITS = {
     "causal block": (lambda kind: ("is_causal", True), r"causal attention .*trained bidirectional"),
     "sliding layer": (lambda kind: ("layer_types", ["sliding_attention"]), r"causal attention"),
     "neox": (lambda kind: ("is_neox_style", False), r"is_neox_style=false"),
+    "block of one": (lambda kind: ("block_size", 0), r"block_size=0, but a \w+ block is the anchor token and at least"),
     "rope base": (lambda kind: ("rope_parameters", {"rope_type": "default"}), None),
     "second mask id": (
         lambda kind: ("dflash_config.mask_token_id" if kind == "dspark" else "mask_token_id", 7),
