@@ -71,7 +71,23 @@ class DraftLM(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **kwargs) -> "DraftLM":
-        return cls(AutoModelForCausalLM.from_pretrained(path, use_safetensors=True, **kwargs))
+        """The causal LM at `path`; a config.json its weights do not fit (a hand-edited vocab_size, say) is one line
+        naming the tensor, where transformers prints a table and raises."""
+        from transformers.utils import logging as hf_logging
+
+        level = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # its mismatch table goes to the log; the error below names the tensor
+        try:
+            return cls(AutoModelForCausalLM.from_pretrained(path, use_safetensors=True, **kwargs))
+        except RuntimeError as e:
+            if "ignore_mismatched_sizes" not in str(e):
+                raise
+            raise HeadsError(
+                f"{path}/config.json does not fit its weights: {_mismatch(path)}; restore the exported "
+                "config.json or re-export the drafter"
+            ) from None
+        finally:
+            hf_logging.set_verbosity(level)
 
     def forward(self, input_ids: torch.Tensor, attention_mask=None, **kwargs):
         return self.model(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
@@ -107,3 +123,22 @@ def check_vocab(init: str, model_vocab_size: int, target_tokenizer, revision=Non
             f"drafter.init={init!r} has {model_vocab_size} embedding rows for {len(target_tokenizer)} tokens; "
             "it can't score the target's vocabulary"
         )
+
+
+def _mismatch(path: str | Path) -> str:
+    """The first tensor whose shape the config's model does not have, as 'name: weights (a, b), config (c, d)'."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    with torch.device("meta"):
+        shapes = {
+            k: tuple(v.shape)
+            for k, v in AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path)).state_dict().items()
+        }
+    for file in sorted(Path(path).glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():
+                stored = tuple(f.get_slice(name).get_shape())
+                if name in shapes and shapes[name] != stored:
+                    return f"{name} is {stored} in the weights, {shapes[name]} by the config"
+    return "a tensor's shape differs"

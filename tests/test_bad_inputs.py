@@ -50,6 +50,9 @@ def files(tmp_path_factory, micro_world, weak_draft):
     (medusa / "config.json").write_text(json.dumps({"medusa_num_heads": 4, "medusa_num_layers": 1}))
     (root / "plain-dir").mkdir()
     weak_draft.save_pretrained(root / "real-draft")
+    weak_draft.save_pretrained(root / "edited-vocab")  # its config.json's vocab_size edited by hand
+    config = json.loads((root / "edited-vocab" / "config.json").read_text())
+    (root / "edited-vocab" / "config.json").write_text(json.dumps({**config, "vocab_size": config["vocab_size"] + 8}))
     drafter = root / "draft-config"  # a draft LM's config (sized): a loadable kind, so the target check is reached
     drafter.mkdir()
     (drafter / "config.json").write_text(
@@ -225,6 +228,12 @@ CASES = [
         "train",
         [*TRAIN, "stages=[distill,train,eval]", "eval_prompts={f}/ok.jsonl", "eval_prompts_column=question"],
         "ok.jsonl:1: no field 'question', only ['messages']; set eval_prompts_column to the one holding the prompts",
+    ),
+    (
+        "eval of a draft LM whose config.json was edited",
+        "eval",
+        ["drafter_dir={f}/edited-vocab", "prompts={f}/ok.jsonl", "out_dir={t}/out", "target_path={micro}"],
+        "edited-vocab/config.json does not fit its weights: model.embed_tokens.weight is",
     ),
     (
         "eval writing its report into the drafter directory",
