@@ -167,7 +167,7 @@ def launch_configs() -> str:
 
 def run_cli(main: Callable[[], None]) -> None:
     """Call a `@hydra.main` function; a composition error exits 2 with one `error:` line, a Ctrl-C 130 with one
-    line, never a traceback."""
+    line (`main.interrupted_line` where rerunning does not resume), never a traceback."""
     from omegaconf import OmegaConf
 
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # Hydra re-raises instead of printing its own report
@@ -181,4 +181,4 @@ def run_cli(main: Callable[[], None]) -> None:
     except (HydraException, OmegaConfBaseException) as e:
         _fail(f"error: {explain(e)}", 2)
     except KeyboardInterrupt:  # BaseException: Hydra's job runner lets it through untouched
-        _fail(INTERRUPTED_LINE, INTERRUPTED)
+        _fail(getattr(main, "interrupted_line", INTERRUPTED_LINE), INTERRUPTED)

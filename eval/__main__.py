@@ -273,5 +273,8 @@ def main(cfg) -> None:
     _summarize(report)
 
 
+# nothing of a measurement survives it (the report is written whole, at the end): a rerun measures from the start
+main.interrupted_line = "interrupted; python -m eval does not resume: rerun the same command to measure from the start"
+
 if __name__ == "__main__":
     run_cli(main)

@@ -190,9 +190,13 @@ def served_check(
     def differs(output: list[int], i: int) -> bool:
         return with_end_token(output, reference[i], eos_ids) != reference[i]
 
-    outputs, without, (drafts, accepted, per_pos, draft_tokens), speed = serve_and_decode(
-        target_gguf, spec["args"], prompts, cfg, logs=logs, differs=differs
-    )
+    try:
+        outputs, without, (drafts, accepted, per_pos, draft_tokens), speed = serve_and_decode(
+            target_gguf, spec["args"], prompts, cfg, logs=logs, differs=differs
+        )
+    except KeyboardInterrupt:  # a stop the user asked for: the servers are stopped, their logs go too
+        shutil.rmtree(logs, ignore_errors=True)
+        raise
     shutil.rmtree(logs, ignore_errors=True)
     quantized = llamacpp.served_quantization(target_dir)  # another model than ours: its own output is the reference
     engine_same = {i for i, alone in without.items() if quantized and alone == outputs[i]}

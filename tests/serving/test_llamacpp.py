@@ -319,6 +319,34 @@ def test_pipeline_serves_its_gguf_export_with_llama_cpp_and_publishes_it(tmp_pat
     assert f"--spec-type draft-simple --spec-draft-n-max {served['num_speculative_tokens']}" in card
 
 
+def test_ctrl_c_in_the_served_check_leaves_no_log_directory(tmp_path, micro_world, monkeypatch):
+    """The servers' temporary logs are kept only for a server that failed (its error names them), not for a stop the
+    user asked for."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from distill.targets import resolve_target
+    from tests.gguf_files import write_gguf
+
+    spec = SimpleNamespace(speculative_config=lambda d, g: {"method": "draft-simple", "args": []}, rule_difference=None)
+    monkeypatch.setattr(served_llamacpp, "servable", lambda drafter_dir: spec)
+
+    def interrupted(*args, logs, **kwargs):
+        (logs / "llama-server.log").write_text("started")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(served_llamacpp, "serve_and_decode", interrupted)
+    (tmp_path / "q").mkdir()
+    target = resolve_target(str(write_gguf(micro_world.target_dir, tmp_path / "q" / "m.gguf", qtype=gguf_types.Q8_0)))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        served_llamacpp.served_check(
+            target, tmp_path, [[1]], reference=[[1]], ours={}, cfg=CFG, eos_ids=set(), dtype="f"
+        )
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
 def test_a_quantized_gguf_target_is_judged_against_llama_servers_own_output(tmp_path, micro_world, monkeypatch):
     """llama-server serves a GGUF target's own quantized file (Q8_0 here), another model than the dequantized
     weights our engine decodes: a prompt whose output left ours counts as equal only when llama-server decodes it
