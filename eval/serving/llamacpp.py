@@ -215,6 +215,7 @@ def served_check(
         cfg.served_tolerance,
         engine="llama.cpp",
         rule_difference=consumer.rule_difference,
+        drafts=figures["drafts"],
     )
     why += _counted_as_equal(quantized, len(without), engine_same, ties, engine_ties, len(equal) - sum(equal))
     return {

@@ -219,7 +219,9 @@ def served_check(
     figures = served_figures(drafts, accepted, per_pos, gamma, draft_tokens)
     equal = sum(o == r for o, r in zip(outputs, reference))
     ours = ours_section(ours)  # counted as vLLM counts: 1 + accepted drafts per step
-    status, why = verdict(ours["tau"], figures["tau"], equal, len(prompts), cfg.served_tolerance, engine="vLLM")
+    status, why = verdict(
+        ours["tau"], figures["tau"], equal, len(prompts), cfg.served_tolerance, engine="vLLM", drafts=figures["drafts"]
+    )
     return {
         "engine": "vllm",
         "vllm_version": vllm.__version__,

@@ -47,6 +47,15 @@ def test_verdict_needs_equal_outputs_and_tau_within_tolerance():
     assert status == "broken" and "differed from the target's greedy output on 1 of 6" in why
 
 
+def test_a_served_tau_gap_of_a_few_accepted_drafts_is_not_judged_and_says_so():
+    """The issue's case: 4 prompts, 46 drafts, 6.9 % apart (3 accepted drafts): too few to tell from near-ties."""
+    ours, served = 1.50, 1.50 * (1 - 0.069)
+    status, why = verdict(ours, served, 4, 4, 0.05, drafts=46)
+    assert status == "ok" and "not judged: 4.8 accepted drafts of 46" in why and "raise eval.num_prompts" in why
+    assert verdict(ours, served, 4, 4, 0.05, drafts=460)[0] == "broken"  # the same gap on ten times the drafts
+    assert verdict(ours, served, 3, 4, 0.05, drafts=46)[0] == "broken"  # outputs are judged whatever the sample
+
+
 def test_fingerprint_ignores_provenance_and_sees_every_served_byte(tmp_path, target, tokenizer):
     torch.manual_seed(0)
     drafter = DraftLM.from_config(
