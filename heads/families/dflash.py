@@ -212,7 +212,7 @@ FAMILY = Family(
     library="vllm",
     consumers=(
         vllm.consumer("dflash", patch=served_patch),
-        llamacpp.consumer("draft-dflash", feature_drafter=True, refuse=llamacpp.refuse_last_layer(DFlashDrafter)),
+        llamacpp.consumer("draft-dflash", feature_drafter=DFlashDrafter),
     ),
     about=_about,
     describe=_describe,

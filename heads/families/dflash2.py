@@ -136,7 +136,7 @@ FAMILY = Family(
     library="vllm",
     consumers=(
         vllm.consumer("dflash", missing=needs_vllm_gpu_runner("DFlash2")),
-        llamacpp.consumer("draft-dflash", feature_drafter=True, refuse=llamacpp.refuse_last_layer(DFlash2Drafter)),
+        llamacpp.consumer("draft-dflash", feature_drafter=DFlash2Drafter),
     ),
     about=_about,
     describe=_describe,

@@ -157,7 +157,7 @@ FAMILY = Family(
     library="vllm",
     consumers=(
         vllm.consumer("dspark", missing=needs_vllm_gpu_runner("DSpark")),
-        llamacpp.consumer("draft-dspark", feature_drafter=True, refuse=llamacpp.refuse_last_layer(DSparkDrafter)),
+        llamacpp.consumer("draft-dspark", feature_drafter=DSparkDrafter),
     ),
     about=_about,
     describe=_describe,

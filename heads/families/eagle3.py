@@ -79,7 +79,7 @@ FAMILY = Family(
     library="vllm",
     consumers=(
         vllm.consumer("eagle3"),
-        llamacpp.consumer("draft-eagle3", feature_drafter=True, refuse=llamacpp.refuse_last_layer(Eagle3Drafter)),
+        llamacpp.consumer("draft-eagle3", feature_drafter=Eagle3Drafter),
         sglang.EAGLE3,
     ),
     about=_about,

@@ -41,6 +41,9 @@ class Consumer:
     # the engine drafts by another rule than drafthub's engine (stated here): its τ is reported beside ours, only its
     # outputs are judged (e.g. llama.cpp's ngram-simple takes the latest match of one n-gram size)
     rule_difference: Optional[str] = None
+    # (drafter settings, target text config) → why this engine cannot serve a drafter trained with these settings
+    # (e.g. llama.cpp and a fused last layer), known before any data is made; None = nothing to refuse
+    refuse_settings: Callable[[Any, Any], Optional[str]] = lambda settings, target_config: None
 
     @property
     def checked(self) -> bool:

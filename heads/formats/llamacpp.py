@@ -319,7 +319,16 @@ def server_args(spec_type: str, gamma: int, extra: Callable[[dict, int], list[st
     ]
 
 
-def refuse_last_layer(drafter_class) -> Callable[[Any], Optional[str]]:
+def _fuses_last_layer(ids: list[int], layers: int) -> Optional[str]:
+    if max(ids) >= layers:
+        return (
+            f"it fuses the target's last layer (drafter.layer_ids={ids} of {layers}), and llama.cpp's feature "
+            f"drafters read only layer inputs; train it with layer ids below {layers}"
+        )
+    return None
+
+
+def _refuse_last_layer(drafter_class) -> Callable[[Any], Optional[str]]:
     """llama.cpp's feature drafters (draft-eagle3, draft-dflash, draft-dspark) read the target's layer *inputs*;
     the last layer's output (layer id N) is none of them. DFlash's then aborts on its first decode; EAGLE-3's reads
     a buffer a Llama target never writes and drafts on, accepted less often (measured on the micro target: served
@@ -328,30 +337,32 @@ def refuse_last_layer(drafter_class) -> Callable[[Any], Optional[str]]:
     def refuse(job) -> Optional[str]:
         target_config = json.loads((local_dir(job.verifier["name_or_path"]) / "config.json").read_text())
         layers = target_config.get("text_config", target_config)["num_hidden_layers"]
-        ids = list(drafter_class.from_pretrained(job.checkpoint).arch.layer_ids)
-        if max(ids) >= layers:
-            return (
-                f"it fuses the target's last layer (drafter.layer_ids={ids} of {layers}), and llama.cpp's feature "
-                f"drafters read only layer inputs; train it with layer ids below {layers}"
-            )
-        return None
+        return _fuses_last_layer(list(drafter_class.from_pretrained(job.checkpoint).arch.layer_ids), layers)
 
     return refuse
+
+
+def _last_layer_in_settings(settings, target_config) -> Optional[str]:
+    """_refuse_last_layer from the recipe's drafter.layer_ids and the target's config, before any data is made
+    (unset ids are the family's defaults, which stay below the last layer)."""
+    ids = getattr(settings, "layer_ids", None)
+    return None if not ids else _fuses_last_layer(list(ids), target_config.num_hidden_layers)
 
 
 def consumer(
     spec_type: str,
     *,
     model: bool = True,
-    feature_drafter: bool = False,
+    feature_drafter: Optional[type] = None,
     extra: Callable[[dict, int], list[str]] = lambda settings, gamma: [],
     rule_difference: Optional[str] = None,
-    refuse: Callable[[Any], Optional[str]] = lambda job: None,
 ) -> Consumer:
     """llama.cpp serving a family with `--spec-type spec_type`: `model` = the export carries gguf/draft.gguf
-    (`-md`); feature_drafter = its conversion reads the target's config and tokenizer (EAGLE-3, DFlash);
-    extra(settings, γ) = further flags from a training-free drafter's settings; refuse(export job) = why llama.cpp
-    cannot serve this drafter (checked before converting), or None."""
+    (`-md`); feature_drafter = the drafter class of a family that fuses the target's layers (EAGLE-3, DFlash): its
+    conversion reads the target's config and tokenizer, and a drafter fusing the last layer is refused (in the
+    recipe's settings before any data is made, in the checkpoint before converting); extra(settings, γ) = further
+    flags from a training-free drafter's settings."""
+    refuse = _refuse_last_layer(feature_drafter) if feature_drafter else lambda job: None
 
     def write(job, out: Path) -> None:
         if not model:
@@ -395,4 +406,5 @@ def consumer(
         missing=missing,
         optional=True,
         rule_difference=rule_difference,
+        refuse_settings=_last_layer_in_settings if feature_drafter else lambda settings, target_config: None,
     )

@@ -103,7 +103,7 @@ def test_a_missing_llama_cpp_is_one_line_naming_the_build_script(tmp_path, monke
 @pytest.fixture(scope="module")
 def deeper_target(tmp_path_factory, target, tokenizer):
     """The micro target with a third layer that adds nothing (its attention and MLP outputs zero): the same outputs
-    and features, but layer id 2 is now a layer input, which llama.cpp's EAGLE-3 reads (see refuse_last_layer)."""
+    and features, but layer id 2 is now a layer input, which llama.cpp's EAGLE-3 reads (see _refuse_last_layer)."""
     from transformers import AutoModelForCausalLM
 
     config = copy.deepcopy(target.config)
@@ -187,6 +187,24 @@ def test_a_drafter_fusing_the_last_target_layer_is_refused_before_converting(kin
     with pytest.raises(HeadsError, match=rf"fuses the target's last layer \(drafter.layer_ids=\[{ids}\] of 2\)"):
         export(drafter, tmp_path / "d", verifier=verifier, engines=("llamacpp",))
     assert not (tmp_path / "d").exists()  # no partial export
+
+
+@needs_llamacpp
+@pytest.mark.parametrize("engines", [["eval.serve=llamacpp"], ["publish.engines=[llamacpp]"]])
+def test_a_recipe_fusing_the_last_layer_for_llama_cpp_is_refused_before_distilling(engines, tmp_path, monkeypatch):
+    """The recipe's drafter.layer_ids and the target's config decide it: refused before any data is made."""
+    from tests.cli_runs import run_app
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["recipe=toy", "target=micro", "drafter=dflash2", "drafter.layer_ids=[1,2]", f"run_dir={tmp_path}/run"]
+    code, _, err = run_app("train", [*argv, *engines])
+    lines = [line for line in err.splitlines() if line.strip() and "it/s]" not in line]
+    assert code == 2 and len(lines) == 1, lines
+    assert (
+        "llama.cpp cannot serve this drafter: it fuses the target's last layer (drafter.layer_ids=[1, 2] of 2)"
+        in (lines[0])
+    )
+    assert not list(tmp_path.rglob("manifest.json")) and not list(tmp_path.rglob("*.safetensors"))
 
 
 @needs_llamacpp

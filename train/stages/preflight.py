@@ -14,6 +14,7 @@ from eval.serving import missing_reason
 from eval.serving.load import check_servers_answer
 from eval.vocabulary import tokenizer_matches
 from heads.families import get_family
+from heads.formats import ENGINE_NAMES
 from train.config import STAGES, RunConfig
 from train.errors import PipelineError
 from train.eval_prompts import FILE_SUFFIXES, check_eval_source
@@ -130,6 +131,10 @@ def _check_against_target(family, cfg: RunConfig) -> None:
         return
     family.check_target(cfg.drafter, config)
     text = config.get_text_config()
+    for engine in sorted({cfg.eval.serve, *cfg.publish.engines} - {None}):
+        consumer = next((c for c in family.consumers if c.engine == engine), None)
+        if consumer is not None and (why := consumer.refuse_settings(cfg.drafter, text)):
+            raise PipelineError(f"{ENGINE_NAMES.get(engine, engine)} cannot serve this drafter: {why}")
     if hasattr(cfg.drafter, "intermediate_size") and not cfg.drafter.intermediate_size:
         if getattr(text, "intermediate_size", None) is None:
             raise PipelineError(
