@@ -49,6 +49,9 @@ def server_argv(
         out += ["--host", "127.0.0.1", "--port", str(port), "--seed", "0", "--dtype", dtype]
         out += ["--max-model-len", str(max_model_len), "--gpu-memory-utilization", str(memory)]
         out += ["--tensor-parallel-size", str(cfg.vllm.tensor_parallel_size)]
+        # vLLM admits max_num_seqs requests at once (128 or 256 by default) and queues the rest: a higher level would
+        # measure its queue, so the engine is sized for the highest level measured
+        out += ["--max-num-seqs", str(max(cfg.serve_load, default=1))]
         out += ["--enforce-eager"] if eager else []
         out += ["--trust-remote-code"] if trust else []
         return out + (["--speculative-config", json.dumps(speculative_config)] if speculative_config else [])

@@ -296,3 +296,11 @@ def test_the_profile_has_the_modelopt_shape_and_both_acceptance_vectors():
     tree = speculation_profile(_report([0.9, 0.5], [], tree=[3, 2]), [[1]])
     assert tree["marginal_accept_rates"] is None and "tree" in tree["vectors_unavailable_reason"]
     assert conditional_rates([0.5, 0.0, 0.0]) == [0.5, 0.0, 0.0]
+
+
+def test_the_started_servers_admit_every_request_of_the_highest_level():
+    """vLLM queues what exceeds its max_num_seqs (128 or 256 by default): a level of 1000 would time its queue."""
+    cfg = EvalConfig(serve_load=[1, 16, 1000])
+    for spec in ({"method": "ngram", "num_speculative_tokens": 3}, None):
+        argv = load.server_argv("t", spec, cfg, max_model_len=64, dtype="float32", trust=False)(8000)
+        assert argv[argv.index("--max-num-seqs") + 1] == "1000"
