@@ -153,7 +153,22 @@ def servable(drafter_dir: str | Path):
         raise EvalError(
             f"{drafter_dir} has no {consumer.subdir}/ (llama.cpp's GGUF); re-export it with publish.engines=[{ENGINE}]"
         )
+    if consumer.subdir:
+        _check_gguf(Path(drafter_dir) / consumer.subdir / llamacpp.DRAFT_FILE)
     return consumer
+
+
+def _check_gguf(path: Path) -> None:
+    """A GGUF llama-server would refuse after every prompt was decoded (truncated, say), refused before."""
+    from gguf import GGUFReader
+
+    try:
+        GGUFReader(str(path))
+    except Exception as e:  # the reader raises ValueError, struct.error, IndexError… on a damaged file
+        raise EvalError(
+            f"{path} is not a readable GGUF ({type(e).__name__}: {str(e)[:80]}); re-export the drafter with "
+            f"publish.engines=[{ENGINE}]"
+        ) from None
 
 
 def served_check(

@@ -208,6 +208,17 @@ def test_a_recipe_fusing_the_last_layer_for_llama_cpp_is_refused_before_distilli
 
 
 @needs_llamacpp
+def test_a_truncated_gguf_is_refused_before_decoding(gguf_exports, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(gguf_exports["draft_lm"], bad)
+    gguf = bad / "gguf" / "draft.gguf"
+    gguf.write_bytes(gguf.read_bytes()[: gguf.stat().st_size // 2])
+    served_llamacpp.servable(gguf_exports["draft_lm"])  # the export as written is readable
+    with pytest.raises(EvalError, match=r"draft.gguf is not a readable GGUF .*re-export the drafter"):
+        served_llamacpp.servable(bad)
+
+
+@needs_llamacpp
 def test_dsparks_adaptive_length_is_llama_cpps_confidence_cut(gguf_exports, target, tokenizer, micro_world, prompt_ids):
     """eval.draft_confidence_min and llama-server's --spec-draft-p-min cut the block at the same draft."""
     cfg = replace(CFG, draft_confidence_min=0.3)
