@@ -22,6 +22,8 @@ def break_even_short(load: dict | None) -> str:
     if not load:
         return "–"
     be = load["break_even"]
+    if not be.get("judged", True):
+        return "not judged"
     if be["concurrency"] is None:
         return "never"
     return f"all (≤ {be['concurrency']})" if be["between"][1] is None else f"≤ {be['concurrency']}"
@@ -33,12 +35,15 @@ def load_table(load: dict) -> str:
     for lv in load["levels"]:
         s, b = lv["speculative"], lv["no_speculation"]
         tau = "–" if lv["served_tau"] is None else f"{lv['served_tau']:.2f}"
+        cap = lv.get("capped_at")
+        level = f"{lv['concurrency']} (the server ran ≤ {cap} at once)" if cap else str(lv["concurrency"])
+        pays = "not judged (timed the queue)" if cap else ("yes" if lv["pays"] else "no")
         rows.append(
-            f"| {lv['concurrency']} | {s['output_tokens_per_second']:.1f} / {b['output_tokens_per_second']:.1f} "
+            f"| {level} | {s['output_tokens_per_second']:.1f} / {b['output_tokens_per_second']:.1f} "
             f"| {_interval(lv['throughput_speedup'], lv['throughput_speedup_interval'])} "
             f"| {s['tpot_ms']['median']:.1f} ({s['tpot_ms']['p90']:.1f}) / {b['tpot_ms']['median']:.1f} "
             f"({b['tpot_ms']['p90']:.1f}) | {_interval(lv['tpot_speedup'], lv['tpot_speedup_interval'])} "
-            f"| {s['ttft_ms']['median']:.0f} / {b['ttft_ms']['median']:.0f} | {tau} | {'yes' if lv['pays'] else 'no'} |"
+            f"| {s['ttft_ms']['median']:.0f} / {b['ttft_ms']['median']:.0f} | {tau} | {pays} |"
         )
     return (
         "| concurrency | tokens/s with / without | throughput speed-up (95%) | TPOT ms, median (p90), with / without "

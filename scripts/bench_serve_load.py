@@ -92,6 +92,8 @@ def _level(lv: dict) -> dict:
         "ttft_ms_median": [round(s["ttft_ms"]["median"], 1), round(b["ttft_ms"]["median"], 1)],
         "served_tau": None if lv["served_tau"] is None else round(lv["served_tau"], 4),
         "pays": lv["pays"],
+        "peak_running": lv["peak_running"],
+        "capped_at": lv["capped_at"],
     }
 
 

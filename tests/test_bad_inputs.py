@@ -10,11 +10,16 @@ import hashlib
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
+import torch
 
 from distill.lock import exclusive
+from heads.config import DSparkConfig
+from heads.dspark import DSparkDrafter
 from tests.cli_runs import run_app, run_push
+from tests.exporting import export
 
 USER = {"messages": [{"role": "user", "content": "def add(a, b):"}]}
 
@@ -33,9 +38,12 @@ def _push(argv: list[str], capsys) -> tuple[int, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory, micro_world, weak_draft):
+def files(tmp_path_factory, micro_world, weak_draft, target):
     """Inputs the cases point at: prompt files good and bad, drafter directories that are not drafters."""
     root = tmp_path_factory.mktemp("bad-inputs")
+    torch.manual_seed(0)
+    dspark = DSparkDrafter.from_target(DSparkConfig(layer_ids=[1, 2], block_size=4, markov_rank=8), target, 3)
+    export(dspark, root / "dspark", verifier={"name_or_path": str(micro_world.target_dir)})
     (root / "ok.jsonl").write_text(json.dumps(USER) + "\n")
     long = {"messages": [{"role": "user", "content": "x = 1\n" * 2000}]}
     (root / "long.jsonl").write_text(json.dumps(long) + "\n")
@@ -367,6 +375,18 @@ SERVING_CASES = [
         "eval.serve_url={url}: no server answers at {url}/health",
     ),
     ("eval served by llama.cpp without the GGUF", "eval", ["eval.serve=llamacpp"], "real-draft has no gguf/"),
+    (
+        "DSpark served by vLLM where only its GPU runner serves it",
+        "eval",
+        ["eval.serve=vllm", "drafter_dir={files}/dspark"],
+        "needs vLLM's GPU runner: vLLM 0.32 serves DSpark drafters only with its V2 model runner",
+    ),
+    (
+        "DSpark under load where only vLLM's GPU runner serves it",
+        "eval",
+        ["eval.serve_load=[1]", "drafter_dir={files}/dspark"],
+        "eval.serve_load: needs vLLM's GPU runner: vLLM 0.32 serves DSpark drafters only with its V2 model runner",
+    ),
 ]
 
 
@@ -382,12 +402,15 @@ def test_serving_refusals_come_before_any_decoding(
         monkeypatch.setattr(module, "missing_reason", lambda *engine: None)
     monkeypatch.chdir(tmp_path)
     url = _closed_url()
-    drafter, before = files / "real-draft", _digest(files / "real-draft")
-    argv = [a.format(url=url) for a in args] + [
-        f"run_dir={tmp_path / 'run'}" if app == "train" else f"out_dir={tmp_path / 'out'}"
-    ]
+    if "DSpark" in case and torch.cuda.is_available():
+        pytest.skip("vLLM's GPU runner serves DSpark here")
+    argv = [a.format(url=url, files=files) for a in args]
+    drafter = Path(next((a.split("=", 1)[1] for a in argv if a.startswith("drafter_dir=")), files / "real-draft"))
+    before = _digest(drafter)
+    argv += [f"run_dir={tmp_path / 'run'}" if app == "train" else f"out_dir={tmp_path / 'out'}"]
     if app == "eval":
-        argv += [f"drafter_dir={drafter}", f"prompts={files}/ok.jsonl", f"target_path={micro_world.target_dir}"]
+        argv += [f"prompts={files}/ok.jsonl", f"target_path={micro_world.target_dir}"]
+        argv += [] if any(a.startswith("drafter_dir=") for a in argv) else [f"drafter_dir={drafter}"]
     code, lines = _app(app, argv, None)
     assert code == 2 and len(lines) == 1 and expected.format(url=url) in lines[0], lines
     assert not (tmp_path / "out").exists() and not list((tmp_path / "run").rglob("manifest.json"))  # nothing decoded

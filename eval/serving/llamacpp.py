@@ -171,6 +171,19 @@ def _check_gguf(path: Path) -> None:
         ) from None
 
 
+def _serve_logged(target_gguf: Path, args: list[str], prompts: list[list[int]], cfg: EvalConfig, differs):
+    """serve_and_decode with the servers' logs in a temporary directory: removed after a run and after Ctrl-C, kept
+    only when a server fails (the error names it)."""
+    logs = Path(tempfile.mkdtemp(prefix="drafthub-llamacpp-"))
+    try:
+        out = serve_and_decode(target_gguf, args, prompts, cfg, logs=logs, differs=differs)
+    except KeyboardInterrupt:  # a stop the user asked for: the servers are stopped, their logs go too
+        shutil.rmtree(logs, ignore_errors=True)
+        raise
+    shutil.rmtree(logs, ignore_errors=True)
+    return out
+
+
 def served_check(
     target: str,
     drafter_dir: str | Path,
@@ -200,19 +213,13 @@ def served_check(
     t0 = time.perf_counter()
     target_dir = llamacpp.local_dir(target)
     target_gguf = llamacpp.target_gguf(target_dir, llamacpp.home() / "targets")
-    logs = Path(tempfile.mkdtemp(prefix="drafthub-llamacpp-"))  # kept only when a server fails: errors name them
 
     def differs(output: list[int], i: int) -> bool:
         return with_end_token(output, reference[i], eos_ids) != reference[i]
 
-    try:
-        outputs, without, (drafts, accepted, per_pos, draft_tokens), speed = serve_and_decode(
-            target_gguf, spec["args"], prompts, cfg, logs=logs, differs=differs
-        )
-    except KeyboardInterrupt:  # a stop the user asked for: the servers are stopped, their logs go too
-        shutil.rmtree(logs, ignore_errors=True)
-        raise
-    shutil.rmtree(logs, ignore_errors=True)
+    outputs, without, (drafts, accepted, per_pos, draft_tokens), speed = _serve_logged(
+        target_gguf, spec["args"], prompts, cfg, differs
+    )
     quantized = llamacpp.served_quantization(target_dir)  # another model than ours: its own output is the reference
     engine_same = {i for i, alone in without.items() if quantized and alone == outputs[i]}
     outputs = [with_end_token(o, r, eos_ids) for o, r in zip(outputs, reference)]

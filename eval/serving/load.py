@@ -7,9 +7,10 @@ eval.max_new_tokens each, sampling as eval.temperature says. Levels and sides ar
 (eval.vllm.load_repeats), the side that goes first alternating, so that drift on the machine hits both.
 
 Per level: output tokens/s, time per output token (median, p90), time to first token, served τ and per-position
-acceptance (the server's spec-decode counters, which the load generator reads from /metrics), and the speed-up in
-throughput and in TPOT with bootstrap intervals over requests. The break-even concurrency is the highest level up
-to which every measured level speeds up both (eval/serving/load_figures.py).
+acceptance (the server's spec-decode counters, which the load generator reads from /metrics), the speed-up in
+throughput and in TPOT with bootstrap intervals over requests, and how many requests each server ran at once (its
+own gauge, eval/serving/concurrency.py). The break-even concurrency is the highest level up to which every measured
+level speeds up both, among the levels the servers ran at once (eval/serving/load_figures.py).
 
 eval.serve_url + eval.baseline_url measure servers already deployed instead: the same protocol, nothing started.
 The server module is started as `python -m vllm.entrypoints.openai.api_server` — what `vllm serve` runs — because the
@@ -33,6 +34,7 @@ from typing import Callable, Optional
 from eval.config import EvalConfig
 from eval.errors import EvalError
 from eval.serving import vllm
+from eval.serving.concurrency import PeakRunning
 from eval.serving.load_figures import break_even, level_figures
 from eval.serving.process import http_get, running_server
 from heads.families import family_of_export
@@ -128,7 +130,9 @@ def sweep(spec_url: str, base_url: str, tokenizer_name: str, texts: list[str], c
                 sides = [("speculative", spec_url), ("no_speculation", base_url)]
                 for side, url in sides if (r + i) % 2 == 0 else sides[::-1]:
                     print(f"[load] repeat {r + 1}/{cfg.vllm.load_repeats}, concurrency {c}, {side}", flush=True)
-                    runs[c][side].append(drive(bench_args(url, tokenizer_name, prompts_file, c, cfg, trust)))
+                    with PeakRunning(url) as watch:  # what the server ran at once: above its limit a level queues
+                        result = drive(bench_args(url, tokenizer_name, prompts_file, c, cfg, trust))
+                    runs[c][side].append({**result, "peak_running": watch.peak})
     levels = [level_figures(c, runs[c]["speculative"], runs[c]["no_speculation"]) for c in cfg.serve_load]
     return {"levels": levels, "break_even": break_even(levels)}
 

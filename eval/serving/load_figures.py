@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from eval.timing import LEVEL, RESAMPLES, speedup_spread
+from eval.timing import LEVEL, RESAMPLES, contain, speedup_spread
 
 
 def _tpots(result: dict) -> list[float]:
@@ -73,17 +73,35 @@ def level_figures(concurrency: int, spec: list[dict], base: list[dict]) -> dict:
     # the point estimate's own (it held 0.592–0.597 around a 0.589 throughput ratio before)
     scale = throughput / (_tokens_per_latency(spec_rows) / _tokens_per_latency(base_rows))
     tpot_pairs = [(sb, ss) for rs, rb in zip(spec, base) for ss, sb in zip(_tpots(rs), _tpots(rb))]
+    tpot_spread = median_ratio_interval(*zip(*tpot_pairs))
     return {
         "concurrency": concurrency,
         "speculative": with_,
         "no_speculation": without,
         "throughput_speedup": throughput,
-        "throughput_speedup_interval": {"low": spread["low"] * scale, "high": spread["high"] * scale, "level": LEVEL},
+        "throughput_speedup_interval": _around(throughput, spread["low"] * scale, spread["high"] * scale),
         "tpot_speedup": tpot,
-        "tpot_speedup_interval": median_ratio_interval(*zip(*tpot_pairs)),
+        "tpot_speedup_interval": _around(tpot, tpot_spread["low"], tpot_spread["high"]),
         "pays": throughput > 1 and tpot > 1,
         **{f"served_{k}": v for k, v in served_acceptance(spec).items()},
+        **server_concurrency(concurrency, spec, base),
     }
+
+
+def server_concurrency(concurrency: int, spec: list[dict], base: list[dict]) -> dict:
+    """How many requests each server ran at once (eval/serving/concurrency.py), and `capped_at`: the lower peak
+    where either side ran fewer than the level asked, so the level timed a queue (None: it ran the level)."""
+    peaks = {}
+    for side, results in (("speculative", spec), ("no_speculation", base)):
+        seen = [r["peak_running"] for r in results if r.get("peak_running") is not None]
+        peaks[side] = max(seen) if seen else None
+    below = [p for p in peaks.values() if p is not None and p < concurrency]
+    return {"peak_running": peaks, "capped_at": min(below) if below else None}
+
+
+def _around(point: float, low: float, high: float) -> dict:
+    low, high = contain(point, low, high)
+    return {"low": low, "high": high, "level": LEVEL}
 
 
 def _tokens_per_latency(rows: list[tuple[int, float]]) -> float:
@@ -94,11 +112,21 @@ def _request_rows(result: dict) -> list[tuple[int, float]]:
     return list(zip(result["output_lens"], result["latencies"]))
 
 
-def break_even(levels: list[dict]) -> dict:
+def break_even(all_levels: list[dict]) -> dict:
     """The highest measured concurrency up to which every level speeds up both throughput and TPOT.
 
     `between`: where the drafter stops paying lies between that level and the next one measured (None past the
-    last: it pays at every measured load; concurrency None: it never pays, not even at the lowest)."""
+    last: it pays at every measured load; concurrency None: it never pays, not even at the lowest). A level the
+    server did not run at once (`capped_at`) timed its queue: it is named in the verdict, not judged."""
+    levels = [lv for lv in all_levels if not lv.get("capped_at")]
+    capped = [lv for lv in all_levels if lv.get("capped_at")]
+    not_judged = "; not judged (the server ran fewer at once, so they timed its queue): " + ", ".join(
+        f"{lv['concurrency']} (ran ≤ {lv['capped_at']})" for lv in capped
+    )
+    if not levels:
+        return {"concurrency": None, "between": [0, None], "throughput_speedup": None,
+                "throughput_speedup_interval": None, "tpot_speedup": None, "tpot_speedup_interval": None,
+                "judged": False, "verdict": "no level judged" + not_judged}  # fmt: skip
     paying = 0
     while paying < len(levels) and levels[paying]["pays"]:
         paying += 1
@@ -117,5 +145,6 @@ def break_even(levels: list[dict]) -> dict:
         "throughput_speedup_interval": last["throughput_speedup_interval"] if last else None,
         "tpot_speedup": last["tpot_speedup"] if last else None,
         "tpot_speedup_interval": last["tpot_speedup_interval"] if last else None,
-        "verdict": verdict,
+        "judged": True,
+        "verdict": verdict + (not_judged if capped else ""),
     }

@@ -1,10 +1,13 @@
 """Serving under load without a server: the figures from the load generator's results, the break-even concurrency,
 the settings refused before anything starts, the prompts as sent, server processes always stopped, the external
-servers path, and where the figures are shown (report, card, registry column, bake-off verdict, profile)."""
+servers path, what each server ran at once, and where the figures are shown (report, card, registry column,
+bake-off verdict, profile)."""
 
+import http.server
 import json
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -16,11 +19,12 @@ from eval.errors import EvalError
 from eval.profile import conditional_rates, speculation_profile
 from eval.run import check_settings
 from eval.serving import load, process
+from eval.serving.concurrency import running_now
 from eval.serving.load_figures import break_even, level_figures
 from eval.serving.process import free_port, running_server
 from eval.serving.vllm import missing_reason as vllm_missing
 from heads.card import render_model_card
-from heads.load_card import break_even_short, load_section
+from heads.load_card import break_even_short, load_section, load_table
 from tests.eval.load_results import BASE, LOAD, SPEC
 from train.bakeoff import recommend
 from train.registry.hub_columns import COLUMNS
@@ -304,3 +308,66 @@ def test_the_started_servers_admit_every_request_of_the_highest_level():
     for spec in ({"method": "ngram", "num_speculative_tokens": 3}, None):
         argv = load.server_argv("t", spec, cfg, max_model_len=64, dtype="float32", trust=False)(8000)
         assert argv[argv.index("--max-num-seqs") + 1] == "1000"
+
+
+METRICS_PAGE = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="my model"} 3.0
+vllm:num_requests_running{engine="1",model_name="my model"} 2.0
+vllm:num_requests_waiting{engine="0",model_name="my model"} 7.0
+"""
+
+
+def test_the_running_gauge_is_summed_over_engines_and_absent_from_other_servers():
+    assert running_now(METRICS_PAGE) == 5
+    assert running_now("# an SGLang page\nsglang:num_running_reqs 4.0\n") is None
+
+
+def _metrics_server(running: int | None):
+    """A deployed server's /metrics stand-in: the gauge at `running`, or no /metrics at all (None)."""
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = f'vllm:num_requests_running{{engine="0"}} {running}.0\n'.encode()
+            self.send_response(200 if running is not None else 404)
+            self.end_headers()
+            self.wfile.write(body if running is not None else b"")
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_a_level_above_what_the_server_runs_at_once_is_reported_at_its_peak_and_not_judged(monkeypatch):
+    """A deployed server's own max_num_seqs (here 2) caps a level of 4: the level timed the queue, so it is shown at
+    the peak the server's gauge reached and left out of the break-even verdict; level 1 is judged as before."""
+    capped, spec_url = _metrics_server(2)
+    plain, base_url = _metrics_server(None)  # no gauge: its peak is unknown, which caps nothing
+    monkeypatch.setattr(load, "bench_args", lambda url, tok, prompts, c, cfg, trust: (url, c))
+
+    def drive(args):
+        time.sleep(0.5)  # a level runs while the watch polls
+        url, c = args
+        return SPEC if url == spec_url else BASE
+
+    monkeypatch.setattr(load, "drive", drive)
+    try:
+        cfg = EvalConfig(serve_load=[1, 4], vllm=VLLMServeConfig(load_repeats=1))
+        out = load.sweep(spec_url, base_url, "tok", ["a prompt"], cfg, trust=False)
+    finally:
+        capped.shutdown(), plain.shutdown()
+    one, four = out["levels"]
+    assert one["peak_running"] == {"speculative": 2, "no_speculation": None} and one["capped_at"] is None
+    assert four["capped_at"] == 2
+    verdict = out["break_even"]["verdict"]
+    assert verdict.startswith("pays at every measured load (up to 1 concurrent requests)")
+    assert "not judged (the server ran fewer at once, so they timed its queue): 4 (ran ≤ 2)" in verdict
+    table = load_table({**LOAD, **out})
+    assert "| 4 (the server ran ≤ 2 at once) |" in table and "| not judged (timed the queue) |" in table
+    only_capped = break_even([four])
+    assert only_capped["verdict"].startswith("no level judged") and break_even_short({"break_even": only_capped}) == (
+        "not judged"
+    )

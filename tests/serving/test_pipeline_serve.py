@@ -26,7 +26,8 @@ def test_pipeline_serves_the_export_it_then_publishes(tmp_path, micro_world):
     tps = served["tokens_per_second"]
     assert served["speedup"] == pytest.approx(tps["speculative"] / tps["no_speculation"])
     spread = served["speedup_spread"]
-    assert len(spread["per_prompt"]) == 4 and spread["low"] <= spread["high"] and served["speed_repeats"] == 2
+    assert len(spread["per_prompt"]) == 4 and served["speed_repeats"] == 2
+    assert spread["low"] <= served["speedup"] <= spread["high"]  # every interval holds its point
     assert set(served["timing"]) >= {"noisy", "baseline_drift", "device_name"}
     assert served["ours"]["speedup"] == report["speedup"]
     assert "## Served check: vLLM" in (run_dir / "eval" / "report.md").read_text()
@@ -60,10 +61,12 @@ def _served_under_load(report: dict, run_dir) -> None:
         assert (
             level["served_tau"] > 1 and len(level["served_per_position_acceptance"]) == load["num_speculative_tokens"]
         )
-        interval = level["throughput_speedup_interval"]
-        assert interval["low"] <= interval["high"] and level["pays"] == (
-            level["throughput_speedup"] > 1 and level["tpot_speedup"] > 1
-        )
+        interval, tpot = level["throughput_speedup_interval"], level["tpot_speedup_interval"]
+        assert interval["low"] <= level["throughput_speedup"] <= interval["high"]  # every interval holds its point
+        assert tpot["low"] <= level["tpot_speedup"] <= tpot["high"]
+        # vLLM's own gauge says each started server ran the whole level at once (it is sized for the highest)
+        assert level["capped_at"] is None and None not in level["peak_running"].values(), level["peak_running"]
+        assert level["pays"] == (level["throughput_speedup"] > 1 and level["tpot_speedup"] > 1)
     assert load["break_even"]["verdict"]
     assert "## Serving under load" in (run_dir / "eval" / "report.md").read_text()
     card = (run_dir / "drafter" / "README.md").read_text()
