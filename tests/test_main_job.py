@@ -13,6 +13,7 @@ import pytest
 from distill.errors import DistillError
 from distill.packaged import cached_file
 from distill.targets.package import PACKAGED
+from tests.cli_runs import run_app
 from tests.test_cli import run_process
 
 PIN = PACKAGED["smollm2-135m-instruct"]
@@ -67,3 +68,19 @@ def test_the_main_job_distils_trains_evaluates_and_publishes_smollm2_at_tiny_siz
     report = json.loads((run / "eval" / "eval_report.json").read_text())
     assert report["lossless"] is True and report["prompts"]["overlap"] == 0
     assert list(report["workloads"]) == ["mt_bench", "humaneval"]  # the benchmarks take turns
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe, kind", [("smollm2_suffix", "suffix"), ("smollm2_ngram", "ngram")])
+def test_the_training_free_contenders_measure_smollm2_on_the_main_jobs_benchmarks(smollm2, tmp_path, recipe, kind):
+    """What the main job's drafter is compared with: no distillation, no training, the same benchmarks, losslessly."""
+    run = tmp_path / "run"
+    tiny = ["eval.num_prompts=3", "eval.warmup_prompts=0", "eval.max_new_tokens=8", "publish.min_tau=1.0"]
+    code, out, err = run_app("train", [f"recipe={recipe}", *tiny, f"run_dir={run}"])
+    assert code == 0, err[-3000:]
+    assert out.strip().splitlines()[-1].startswith("[eval] τ ") and "(lossless on 3/3 prompts)" in out
+    assert not (run / "data").exists() and not (run / "checkpoints").exists()  # nothing distilled or trained
+    report = json.loads((run / "eval" / "eval_report.json").read_text())
+    assert report["kind"] == kind and report["target"] == "package:smollm2-135m-instruct"
+    assert list(report["workloads"]) == ["mt_bench", "humaneval"] and report["lossless"] is True
+    assert json.loads((run / "drafter" / "drafthub.json").read_text())["kind"] == kind
