@@ -93,7 +93,7 @@ def server_concurrency(concurrency: int, spec: list[dict], base: list[dict]) -> 
     where either side ran fewer than the level asked, so the level timed a queue (None: it ran the level)."""
     peaks = {}
     for side, results in (("speculative", spec), ("no_speculation", base)):
-        seen = [r["peak_running"] for r in results if r.get("peak_running") is not None]
+        seen = [r["peak_running"] for r in results if r.get("peak_running")]  # 0: no poll caught a request
         peaks[side] = max(seen) if seen else None
     below = [p for p in peaks.values() if p is not None and p < concurrency]
     return {"peak_running": peaks, "capped_at": min(below) if below else None}
@@ -120,24 +120,23 @@ def break_even(all_levels: list[dict]) -> dict:
     server did not run at once (`capped_at`) timed its queue: it is named in the verdict, not judged."""
     levels = [lv for lv in all_levels if not lv.get("capped_at")]
     capped = [lv for lv in all_levels if lv.get("capped_at")]
-    not_judged = "; not judged (the server ran fewer at once, so they timed its queue): " + ", ".join(
-        f"{lv['concurrency']} (ran ≤ {lv['capped_at']})" for lv in capped
-    )
-    if not levels:
-        return {"concurrency": None, "between": [0, None], "throughput_speedup": None,
-                "throughput_speedup_interval": None, "tpot_speedup": None, "tpot_speedup_interval": None,
-                "judged": False, "verdict": "no level judged" + not_judged}  # fmt: skip
     paying = 0
     while paying < len(levels) and levels[paying]["pays"]:
         paying += 1
     last: Optional[dict] = levels[paying - 1] if paying else None
     following = levels[paying]["concurrency"] if paying < len(levels) else None
-    if last is None:
+    if not levels:
+        verdict = "no level judged"
+    elif last is None:
         verdict = f"never pays: slower already at {levels[0]['concurrency']} concurrent request(s)"
     elif following is None:
         verdict = f"pays at every measured load (up to {last['concurrency']} concurrent requests)"
     else:
         verdict = f"pays up to {last['concurrency']} concurrent requests, not at {following}"
+    if capped:
+        verdict += "; not judged (the server ran fewer at once, so they timed its queue): " + ", ".join(
+            f"{lv['concurrency']} (ran ≤ {lv['capped_at']})" for lv in capped
+        )
     return {
         "concurrency": last["concurrency"] if last else None,
         "between": [last["concurrency"] if last else 0, following],
@@ -145,6 +144,6 @@ def break_even(all_levels: list[dict]) -> dict:
         "throughput_speedup_interval": last["throughput_speedup_interval"] if last else None,
         "tpot_speedup": last["tpot_speedup"] if last else None,
         "tpot_speedup_interval": last["tpot_speedup_interval"] if last else None,
-        "judged": True,
-        "verdict": verdict + (not_judged if capped else ""),
+        "judged": bool(levels),
+        "verdict": verdict,
     }
