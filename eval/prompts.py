@@ -94,6 +94,7 @@ def measured_prompts(
     overlong: str = "refuse",
     categories: Optional[Sequence[Optional[str]]] = None,
     answer: Optional[Answer] = None,
+    repeat_block: int = 0,
 ) -> MeasuredPrompts:
     """Token ids of up to `limit` prompts: one per conversation, one per turn of a `turns` conversation.
 
@@ -104,7 +105,20 @@ def measured_prompts(
         categories: per conversation, its category (None: none given); each of its prompts carries it.
         answer: the target's answer to a prompt (target_answers), written into a `turns` conversation's next
             prompt; needed only by such conversations.
+        repeat_block: > 0: every block of this many prompts is followed by itself again (eval.repeat_block), the
+            `limit` prompts half repeats; 0: each prompt once.
     """
+    if repeat_block > 0:
+        distinct = measured_prompts(
+            conversations,
+            tokenizer,
+            limit=_distinct(limit, repeat_block),
+            max_len=max_len,
+            overlong=overlong,
+            categories=categories,
+            answer=answer,
+        )
+        return _asked_twice(distinct, repeat_block, limit)
     if overlong not in OVERLONG:
         raise EvalError(f"eval.overlong_prompts={overlong!r}; use one of {list(OVERLONG)}")
     if isinstance(getattr(tokenizer, "deprecation_warnings", None), dict):  # lengths are bounded here (max_len):
@@ -142,6 +156,20 @@ def measured_prompts(
     if truncated:
         print(f"[eval] warning: truncated {truncated} of {len(out.ids)} prompts to their last {max_len} tokens")
     return out
+
+
+def _distinct(limit: int, block: int) -> int:
+    """How many distinct prompts `limit` decodes hold when every block of `block` is asked twice."""
+    full, rest = divmod(limit, 2 * block)
+    return full * block + min(rest, block)
+
+
+def _asked_twice(prompts: MeasuredPrompts, block: int, limit: int) -> MeasuredPrompts:
+    """Each block of `block` prompts, then the same block again, cut to `limit`."""
+    n = len(prompts.ids)
+    blocks = [list(range(start, min(start + block, n))) for start in range(0, n, block)]
+    order = [i for b in blocks for i in b + b][:limit]
+    return MeasuredPrompts([prompts.ids[i] for i in order], [prompts.categories[i] for i in order])
 
 
 def prompt_ids(

@@ -44,6 +44,8 @@ def check_settings(cfg: EvalConfig) -> None:
         raise EvalError(f"eval.engine={cfg.engine!r}; use one of {list(ENGINES)}")
     if cfg.overlong_prompts not in OVERLONG:
         raise EvalError(f"eval.overlong_prompts={cfg.overlong_prompts!r}; use one of {list(OVERLONG)}")
+    if cfg.repeat_block < 0:
+        raise EvalError(f"eval.repeat_block={cfg.repeat_block}; use 0 (each prompt once) or a block size, e.g. 8")
     if (
         cfg.tree is not None
         and cfg.tree not in ("drafter", "dynamic")
@@ -128,7 +130,7 @@ def build_engine(cfg: EvalConfig, target, proposer: Proposer, prompts: list[list
     )
     proposer.use_engine(engine)  # a drafter with its own model cache decodes on the same path
     if engine.static:
-        engine.static_model(target)
+        engine.static_model(target, features=bool(proposer.target_layer_ids))
         engine.precompile()  # timed apart: compile time is not decoding time
     return engine
 

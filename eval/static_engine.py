@@ -14,8 +14,10 @@ position p reads only slots ≤ p (the causal mask over absolute positions). Rol
 setting L. So a slot past L (a rejected draft, padding) is always rewritten by the next forward
 that could read it: the cache equals a fresh recompute over the verified tokens (tested).
 
-What it does not cover — token trees, batches of rows, drafters that read the target's hidden
-states (Medusa, EAGLE, DFlash), models without static-cache support — runs on the dynamic path
+Drafters that read the target's hidden states (Medusa, EAGLE, DFlash, DSpark) run on it too: the target's
+graphs are compiled a second time returning every layer's states (HF's hidden_states), and plain decoding keeps
+the graphs without them. What it does not cover — token trees, batches of rows, the last layer's pre-norm output
+(layer id N, captured by a forward hook), models without static-cache support — runs on the dynamic path
 (eval/kv_cache.py); `choose_engine` says which path runs and why, and the report names it.
 """
 
@@ -38,10 +40,13 @@ ENGINES = ("auto", "static", "dynamic")
 class StaticModel:
     """One model's pre-allocated cache and its forwards compiled once per fixed block width."""
 
-    def __init__(self, model, max_len: int, widths: tuple[int, ...], compile: bool = True):
+    def __init__(self, model, max_len: int, widths: tuple[int, ...], compile: bool = True, features: bool = False):
         from transformers import StaticCache
 
         self.model, self.max_len, self.widths = model, max_len, tuple(sorted(set(widths)))
+        # a target whose drafter reads its hidden states: every width also compiled returning them (plain decoding,
+        # the baseline, keeps the graphs without them)
+        self.features = features
         self.cache = StaticCache(config=model.config, max_cache_len=max_len)
         device = next(model.parameters()).device
         # GPU: CUDA graphs replay a captured launch sequence, the launch overhead gone. CPU: the weights frozen
@@ -65,21 +70,25 @@ class StaticModel:
         """The fixed width a block of m tokens runs at (padded up), or None: run eagerly (a prompt)."""
         return next((w for w in self.widths if w >= m), None)
 
-    def run(self, input_ids: torch.Tensor, start: int):
-        """Forward a (1, m) block at positions start … start+m−1; logits (1, m, V) for the real tokens."""
+    def run(self, input_ids: torch.Tensor, start: int, hidden_states: bool = False) -> "_Output":
+        """Forward a (1, m) block at positions start … start+m−1: logits (1, m, V) for the real tokens, and with
+        hidden_states (a model built with features) every layer's states (1, m, H) as HF's hidden_states."""
+        if hidden_states and not self.features:
+            raise EvalError("the static engine was built without the target's features (a bug if seen)")
         m = input_ids.shape[1]
         width = self.width_for(m)
         if width is None:  # a prompt: eager, at its own length
-            return self._forward(self.model, input_ids, start).logits
+            return _Output.of(self._forward(self.model, input_ids, start, hidden_states))
         if width > m:  # padding: its slots lie past the verified length, rewritten before they are read
             input_ids = torch.cat([input_ids, input_ids.new_zeros(1, width - m)], dim=1)
         if self.on_gpu and self.forward_compiled is not None:
             # A CUDA graph's outputs live in buffers its next replay overwrites: a new step, and a copy kept.
             torch.compiler.cudagraph_mark_step_begin()
-            return self._forward(self.forward_compiled, input_ids, start).logits[:, :m].clone()
-        return self._forward(self.forward_compiled or self.model, input_ids, start).logits[:, :m]
+            out = self._forward(self.forward_compiled, input_ids, start, hidden_states)
+            return _Output.of(out, m, copy=True)
+        return _Output.of(self._forward(self.forward_compiled or self.model, input_ids, start, hidden_states), m)
 
-    def _forward(self, forward, input_ids: torch.Tensor, start: int):
+    def _forward(self, forward, input_ids: torch.Tensor, start: int, hidden_states: bool = False):
         """One forward at positions start …; the mask shows the slots up to the block's end (a static shape).
 
         Without it transformers would skip the mask of a one-token query and attend to all max_len slots.
@@ -91,7 +100,13 @@ class StaticModel:
         with torch.inference_mode(), inductor_config.patch(self.inductor):
             self._set_length(start)
             ids, mask = input_ids.clone(), mask.clone()  # inference tensors too: that is guarded on
-            return forward(input_ids=ids, attention_mask=mask, past_key_values=self.cache, use_cache=True)
+            return forward(
+                input_ids=ids,
+                attention_mask=mask,
+                past_key_values=self.cache,
+                use_cache=True,
+                output_hidden_states=hidden_states,
+            )
 
     def precompile(self) -> float:
         """Compile every fixed width now, on dummy tokens; returns the seconds it took (kept out of throughput)."""
@@ -100,8 +115,9 @@ class StaticModel:
         device = next(self.model.parameters()).device
         t0 = time.perf_counter()
         for w in self.widths:
-            for _ in range(3):  # CUDA graphs record on a later call than the first
-                self.run(torch.zeros(1, w, dtype=torch.long, device=device), 0)
+            for hidden in (False, True) if self.features else (False,):
+                for _ in range(3):  # CUDA graphs record on a later call than the first
+                    self.run(torch.zeros(1, w, dtype=torch.long, device=device), 0, hidden)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         self.compile_seconds += time.perf_counter() - t0
@@ -130,16 +146,11 @@ class StaticSlotCache:
         return [self.length]
 
     def forward(self, model, input_ids: torch.Tensor, parents=None, input_valid=None, **kwargs):
-        if (
-            parents is not None
-            or input_valid is not None
-            or input_ids.shape[0] != 1
-            or kwargs.get("output_hidden_states")
-        ):
-            raise EvalError("the static engine decodes one row of chains without target features (a bug if seen)")
-        logits = self.static.run(input_ids, self.length)
+        if parents is not None or input_valid is not None or input_ids.shape[0] != 1:
+            raise EvalError("the static engine decodes one row of chains (a bug if seen)")
+        out = self.static.run(input_ids, self.length, bool(kwargs.get("output_hidden_states")))
         self.length += input_ids.shape[1]
-        return _Output(logits if kwargs.get("logits_to_keep") != 1 else logits[:, -1:])
+        return out if kwargs.get("logits_to_keep") != 1 else _Output(out.logits[:, -1:], out.hidden_states)
 
     def feed(self, model, rows: list[list[int]], **kwargs):
         return self.forward(model, torch.tensor(rows, device=self.device), **kwargs)
@@ -158,6 +169,17 @@ class StaticSlotCache:
 class _Output:
     logits: torch.Tensor
     hidden_states: Optional[tuple] = None
+
+    @classmethod
+    def of(cls, out, m: Optional[int] = None, copy: bool = False) -> "_Output":
+        """A model output's logits and hidden states, cut to the first m positions (None: all), copied if asked."""
+
+        def cut(t: torch.Tensor) -> torch.Tensor:
+            t = t if m is None else t[:, :m]
+            return t.clone() if copy else t
+
+        states = getattr(out, "hidden_states", None)
+        return cls(cut(out.logits), None if states is None else tuple(map(cut, states)))
 
 
 @dataclass
@@ -181,10 +203,12 @@ class Engine:
             return SlotCache(batch_size, device)
         return StaticSlotCache(self.static_model(model, widths), device)
 
-    def static_model(self, model, widths: Optional[tuple[int, ...]] = None) -> StaticModel:
+    def static_model(self, model, widths: Optional[tuple[int, ...]] = None, features: bool = False) -> StaticModel:
+        """`model`'s static twin, built on first use (features: also compiled returning its hidden states)."""
         entry = self._models.get(id(model))
         if entry is None or entry[0]() is not model:
-            entry = (weakref.ref(model), StaticModel(model, self.max_len, widths or self.widths, self.compile))
+            static = StaticModel(model, self.max_len, widths or self.widths, self.compile, features)
+            entry = (weakref.ref(model), static)
             self._models[id(model)] = entry
         return entry[1]
 
@@ -228,8 +252,8 @@ def choose_engine(
         gaps.append("token trees")
     if batch_size != 1:
         gaps.append(f"batches of {batch_size} rows")
-    if proposer.target_layer_ids:
-        gaps.append("drafters that read the target's hidden states")
+    if target.config.num_hidden_layers in (proposer.target_layer_ids or ()):
+        gaps.append("drafters that read the target's last layer output (layer id N, captured by a hook)")
     models = [target, *proposer.engine_models]
     gaps += [why for why in map(supports_static, models) if why]
     device = next(target.parameters()).device

@@ -84,3 +84,71 @@ def test_the_training_free_contenders_measure_smollm2_on_the_main_jobs_benchmark
     assert report["kind"] == kind and report["target"] == "package:smollm2-135m-instruct"
     assert list(report["workloads"]) == ["mt_bench", "humaneval"] and report["lossless"] is True
     assert json.loads((run / "drafter" / "drafthub.json").read_text())["kind"] == kind
+
+
+def test_every_smollm2_bakeoff_contender_fits_smollm2(smollm2, tmp_path):
+    """Each contender's recipe composed as the bake-off composes it: the family's own checks against SmolLM2's config
+    pass (layer ids, block sizes, widths), every trained family runs the main job's data and benchmarks, and the
+    feature-reading families read the layers the main job's EAGLE-3 reads (their features computed once)."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+    from transformers import AutoConfig
+
+    from distill.target import resolve_target
+    from heads.families import get_family
+    from train.bakeoff import contender_config
+    from train.config import register_configs
+
+    register_configs()
+    with initialize_config_module(config_module="conf", version_base=None):
+        shared = compose("config", overrides=["recipe=smollm2_bakeoff"])
+        contenders = {n: contender_config(n, shared, tmp_path / n, serve=None) for n in shared.bakeoff.recipes}
+    assert len(contenders) == 12
+    config = AutoConfig.from_pretrained(resolve_target(OmegaConf.to_object(shared).target))
+    kinds = set()
+    for name, cfg in contenders.items():
+        run = OmegaConf.to_object(cfg)
+        assert run.target.name_or_path == "package:smollm2-135m-instruct" and run.eval_prompts == "mt_bench+humaneval"
+        family = get_family(run.drafter.kind)
+        family.check_target(run.drafter, config)
+        kinds.add(run.drafter.kind)
+        layer_ids = getattr(run.drafter, "layer_ids", None)
+        assert layer_ids in (None, [2, 15, 27]), name
+    assert kinds == {
+        "draft_lm", "medusa", "eagle3", "pard", "peagle", "dflash", "dspark", "dflash2", "ngram", "suffix",
+        "lookahead", "layer_skip",
+    }  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_smollm2_bakeoff_gives_a_verdict_per_category_and_workload_at_tiny_sizes(smollm2, tmp_path):
+    """recipe=smollm2_bakeoff with three of its contenders, two steps of training: one distilled dataset, the
+    benchmarks' categories compared one by one, and the repeated-requests and long-context workloads."""
+    run = tmp_path / "bake"
+    overrides = [
+        "recipe=smollm2_bakeoff",
+        f"run_dir={run}",
+        "bakeoff.recipes=[smollm2_draft,smollm2_dflash,smollm2_suffix]",
+        "+bakeoff.overrides.all=['trainer.max_steps=2','trainer.batch_size=2','publish.min_tau=1.0']",
+        "bakeoff.workloads.repeated_requests=['eval.repeat_block=1','eval.num_prompts=2']",
+        "bakeoff.workloads.long_context=['eval_prompts=stdlib_files','eval.num_prompts=1']",
+        *[o for o in TINY if not o.startswith(("trainer.", "drafter.", "publish."))],
+    ]
+    code, out, err = run_app("train", overrides)
+    assert code == 0, err[-3000:]
+    comparison = json.loads((run / "bakeoff" / "comparison.json").read_text())
+    workloads = comparison["workloads"]
+    assert list(workloads) == ["mt_bench_humaneval", "repeated_requests", "long_context"]
+    first = workloads["mt_bench_humaneval"]
+    assert [r["kind"] for r in first["contenders"]] == ["draft_lm", "dflash", "suffix"]
+    assert all(r["lossless"] for w in workloads.values() for r in w["contenders"])
+    categories = list(first["contenders"][0]["categories"])
+    assert categories[0].startswith("mt_bench/") and "humaneval" in categories
+    assert list(first["by_category"]) == categories  # a verdict per category
+    text = (run / "bakeoff" / "comparison.md").read_text()
+    assert "By category (speed-up, τ; each category's prompts alone):" in text
+    assert "| **recommended** |" in text and "## Workload `long_context`" in text
+    repeated = json.loads((run / "repeated_requests" / "smollm2_suffix" / "eval" / "eval_report.json").read_text())
+    assert repeated["settings"]["num_prompts"] == 2 and repeated["settings"]["repeat_block"] == 1
+    long = json.loads((run / "long_context" / "smollm2_suffix" / "eval" / "eval_report.json").read_text())
+    assert long["prompts"]["source"] == "stdlib_files" and long["prompts"]["overlap"] == 0

@@ -93,6 +93,7 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> di
                 "contenders": rows[workload],
                 "recommended": recommend(rows[workload], cfg.bakeoff.speedup_tie),
                 "free_vs_trained": free_vs_trained(rows[workload], cfg.bakeoff.speedup_tie),
+                "by_category": category_verdicts(rows[workload], cfg.bakeoff.speedup_tie),
                 "overrides": list(overrides),
             }
             for workload, overrides in workloads.items()
@@ -143,7 +144,25 @@ def contender_row(name: str, run_dir: Path, train: dict, report: dict) -> dict:
         "served_ours_tau": (served.get("ours") or {}).get("tau"),
         "served_verdict": served.get("verdict"),
         "break_even": (report.get("serving_load") or {}).get("break_even"),  # eval.serve_load: None = not swept
+        "categories": {
+            name: {key: figures.get(key) for key in _PER_CATEGORY} for name, figures in report["categories"].items()
+        },
         "run_dir": str(run_dir),
+    }
+
+
+_PER_CATEGORY = ("prompts", "tau", "alpha", "speedup", "speedup_spread")  # a contender's figures on one category
+
+
+def category_verdicts(rows: list[dict], tie: float = 0.03) -> dict:
+    """Per prompt category of the workload (MT-Bench's eight, HumanEval; {} with fewer than two), the drafter
+    `recommend` picks from the contenders' figures on that category's prompts alone."""
+    names = list(dict.fromkeys(name for r in rows for name in r.get("categories") or {}))
+    if len(names) < 2:
+        return {}
+    return {
+        name: recommend([{**r, **r["categories"][name]} for r in rows if name in (r.get("categories") or {})], tie)
+        for name in names
     }
 
 
@@ -304,7 +323,8 @@ def render_markdown(comparison: dict) -> str:
             f" Served τ: {ENGINE_NAMES.get(_engine(served))} serving each export (1 + accepted drafts per step)."
             if served
             else " No served check (vLLM not installed, or bakeoff.serve=off)."
-        ),
+        )
+        + _training_spread(next(iter(comparison["workloads"].values()))["contenders"]),
     ]
     for workload, result in comparison["workloads"].items():
         best = result["recommended"]
@@ -324,9 +344,40 @@ def render_markdown(comparison: dict) -> str:
             "",
             _free_vs_trained_line(result["free_vs_trained"], result["contenders"]),
             "",
+            *_category_table(result["contenders"], result.get("by_category") or {}),
             f"![{workload}](comparison_{workload}.png)",
         ]
     return "\n".join(lines + [""])
+
+
+def _category_table(rows: list[dict], verdicts: dict) -> list[str]:
+    """Speed-up and τ of every contender per category, and the one recommended there."""
+    if not verdicts:
+        return []
+    names = list(verdicts)
+
+    def cell(row: dict, name: str) -> str:
+        figures = (row.get("categories") or {}).get(name)
+        return f"{figures['speedup']:.2f}× (τ {figures['tau']:.2f})" if figures else "—"
+
+    best = [f"`{v['recipe']}`" if v else "none" for v in verdicts.values()]
+    return [
+        "By category (speed-up, τ; each category's prompts alone):",
+        "",
+        "| recipe | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+        *(f"| {r['recipe']} | " + " | ".join(cell(r, n) for n in names) + " |" for r in rows),
+        "| **recommended** | " + " | ".join(best) + " |",
+        "",
+    ]
+
+
+def _training_spread(rows: list[dict]) -> str:
+    """How equal the trained contenders' training times were (each recipe sizes its own steps)."""
+    minutes = [r["train_seconds"] / 60 for r in rows if r["trained"]]
+    if len(minutes) < 2:
+        return ""
+    return f" The trained contenders trained {min(minutes):.1f}–{max(minutes):.1f} min each (the `training` column)."
 
 
 def _num(x) -> str:

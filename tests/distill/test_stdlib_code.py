@@ -68,3 +68,35 @@ def test_built_once_and_read_as_a_prompt_set(stdlib):
     assert stdlib_code.stdlib_code_file() == path and len(path.read_text().splitlines()) == 1  # not rebuilt
     requests = read_prompts("stdlib_code", None)
     assert requests.conversations == [[{"role": "user", "content": json.loads(path.read_text())["prompt"]}]]
+
+
+CLASSES_ONLY = '''"""A module of classes: none of its functions is a training stub."""
+
+import os
+
+
+class Reader:
+    """Read records from a file."""
+
+    def read(self):
+        """Return the next record, or None at the end of the file."""
+        return os.environ.get("RECORD")
+'''
+PADDING = "\n# padding to the size of a long-context file\n" * 80
+
+
+def test_the_long_context_set_is_whole_files_none_of_whose_functions_is_a_training_stub(stdlib):
+    from distill import stdlib_files
+
+    (stdlib / "reader.py").write_text(CLASSES_ONLY + PADDING)
+    (stdlib / "stats_long.py").write_text(MODULE + "\n# padding\n" * 250)  # big enough, but mean_of is a stub
+    (stdlib / "tiny.py").write_text('"""Too small to be a long context."""\n')
+    path = stdlib_files.stdlib_files_file()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [row["prompt"].split("`")[1] for row in rows] == ["reader"]
+    prompt = rows[0]["prompt"]
+    assert (CLASSES_ONLY + PADDING).rstrip() in prompt and prompt.endswith(stdlib_files.QUESTIONS[0])
+    trained = {turn["content"] for turns in read_prompts("stdlib_code", None).conversations for turn in turns}
+    assert not any(stub in prompt for stub in trained)
+    measured = read_prompts("stdlib_files", None)
+    assert measured.conversations == [[{"role": "user", "content": prompt}]] and measured.categories == ["stdlib_files"]

@@ -212,3 +212,18 @@ def test_distillation_and_eval_answer_owed_turns_by_the_same_rule():
         assert distill_pending(conversation) == pending_turn(conversation)
         if pending_turn(conversation)[1]:
             assert distill_answered(conversation, "ok") == answered(conversation, "ok")
+
+
+def test_repeated_requests_ask_every_block_again_right_after_itself(tokenizer):
+    """eval.repeat_block: the same number of decodes, half of them repeats of the block before, categories kept."""
+    conversations = [[{"role": "user", "content": f"question {i}"}] for i in range(8)]
+    categories = [f"c{i}" for i in range(8)]
+    once = measured_prompts(conversations, tokenizer, limit=8, categories=categories)
+    twice = measured_prompts(conversations, tokenizer, limit=7, categories=categories, repeat_block=2)
+    order = [0, 1, 0, 1, 2, 3, 2]
+    assert twice.ids == [once.ids[i] for i in order] and twice.categories == [categories[i] for i in order]
+    assert measured_prompts(conversations, tokenizer, limit=3, repeat_block=4).ids == once.ids[:3]
+    with pytest.raises(EvalError, match=r"eval.repeat_block=-1; use 0 \(each prompt once\) or a block size"):
+        from eval.run import check_settings
+
+        check_settings(EvalConfig(repeat_block=-1))

@@ -53,8 +53,8 @@ def test_the_cache_lengths_are_set_in_inference_mode_where_transformers_allocate
             with torch.inference_mode():
                 layer.cumulative_length = layer.cumulative_length.clone()  # an inference tensor, as 5.17 makes it
     ids = torch.tensor([prompt_ids[0][:4]])
-    first = static.run(ids, 0)
-    again = static.run(ids, 0)  # a second block at the same place: the lengths are set back, in place
+    first = static.run(ids, 0).logits
+    again = static.run(ids, 0).logits  # a second block at the same place: the lengths are set back, in place
     torch.testing.assert_close(first, again)
 
 
@@ -82,8 +82,52 @@ def test_compiled_decoding_equals_the_dynamic_path_token_for_token(target, weak_
     assert engine.describe()["compile_seconds"] > 0
 
 
-class _ReadsTargetFeatures(Proposer):
-    target_layer_ids, tree_depth = (1,), None
+@pytest.mark.slow  # torch.compile of the target twice (with and without its hidden states): ~2 min on 2 cores
+def test_a_drafter_reading_the_targets_features_decodes_compiled_as_on_the_dynamic_path(
+    micro_world, tokenizer, prompt_ids, greedy_reference
+):
+    """DFlash on the static path: the target's compiled graphs return its hidden states for the drafter, every
+    token equals the dynamic path's and the target's own greedy output; plain decoding runs the graphs without them."""
+    from transformers import AutoModelForCausalLM
+
+    from eval.proposers.dflash import DFlashProposer
+    from tests.eval.dflash_fit import fit_dflash
+
+    # its own copy of the target: a second static engine on a model another test compiled in this process read that
+    # engine's cache (transformers marks StaticCache tensors static, inductor's freezing folds them); eval builds one
+    target = AutoModelForCausalLM.from_pretrained(micro_world.target_dir).eval()
+
+    greedy, eos, vocab = SamplingParams(), {tokenizer.eos_token_id}, len(tokenizer)
+    proposer = DFlashProposer(fit_dflash(target, layer_ids=(1,)), vocab)  # layer 2 = N: read by a hook, not covered
+    prompts = prompt_ids[:3]
+    engine = choose_engine(
+        "static", target, proposer, tree=None, batch_size=1, max_len=max(map(len, prompts)) + 48, widths=(1, 4)
+    )
+    static = engine.static_model(target, features=True)
+    proposer.use_engine(engine)
+    engine.precompile()
+    accepted = []
+    for ids, reference in zip(prompts, greedy_reference):
+        dynamic, _ = speculative_generate(target, proposer, [ids], 40, 3, greedy, eos_ids=eos, vocab_size=vocab)
+        spec, stats = speculative_generate(
+            target, proposer, [ids], 40, 3, greedy, eos_ids=eos, vocab_size=vocab, engine=engine
+        )
+        plain = autoregressive_generate(target, [ids], 40, greedy, eos_ids=eos, vocab_size=vocab, engine=engine)
+        assert spec == dynamic == plain == [reference]
+        accepted += stats.accept_counts
+    assert any(c > 0 for c in accepted) and any(c < 3 for c in accepted)  # the drafter was right and wrong
+    ids = torch.tensor([prompt_ids[0][:4]])
+    with_states = static.run(ids, 0, hidden_states=True)
+    fresh = target(input_ids=ids, output_hidden_states=True)
+    for mine, theirs in zip(with_states.hidden_states, fresh.hidden_states, strict=True):
+        torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)
+
+
+class _ReadsTheLastLayer(Proposer):
+    tree_depth = None
+
+    def __init__(self, target):
+        self.target_layer_ids = (1, target.config.num_hidden_layers)
 
 
 def test_the_engine_choice_names_its_path_and_refuses_what_static_cannot_run(target, weak_draft, tokenizer):
@@ -102,7 +146,7 @@ def test_the_engine_choice_names_its_path_and_refuses_what_static_cannot_run(tar
     assert choose_engine("static", target, one, tree=None, **kw).name == "static"  # vLLM's chains
     with pytest.raises(EvalError, match="batches of 2 rows"):
         choose_engine("static", target, proposer, tree=None, **{**kw, "batch_size": 2})
-    with pytest.raises(EvalError, match="drafters that read the target's hidden states"):
-        choose_engine("static", target, _ReadsTargetFeatures(), tree=None, **kw)
+    with pytest.raises(EvalError, match=r"the target's last layer output \(layer id N, captured by a hook\)"):
+        choose_engine("static", target, _ReadsTheLastLayer(target), tree=None, **kw)
     with pytest.raises(EvalError, match=r"eval.engine='fast'; use one of \['auto', 'static', 'dynamic'\]"):
         choose_engine("fast", target, proposer, tree=None, **kw)

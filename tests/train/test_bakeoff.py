@@ -117,6 +117,7 @@ def test_the_verdict_says_whether_training_paid_off_against_the_best_free_conten
         "## Workload `fresh`" in text and "## Workload `repeated` (eval overrides: eval_split=heldout_repeated)" in text
     )
     assert "**Training paid off here:** the best trained drafter, `toy` (1.30×, τ 2.80)" in text
+    assert "The trained contenders trained 1.0–1.0 min each (the `training` column)." in text  # equal time, stated
     assert "**Training did not pay off here:** the best free contender, `toy_suffix` (2.60×, τ 4.00), is 2.00×" in text
 
 
@@ -258,3 +259,33 @@ def test_a_load_sweep_runs_only_for_contenders_vllm_serves(tmp_path):
         }
     assert get_family("lookahead").not_served("vllm")
     assert loads == {"toy": [1, 4, 16], "toy_ngram": [1, 4, 16], "toy_lookahead": []}
+
+
+def test_each_category_gets_its_own_recommendation_from_its_prompts_figures():
+    """MT-Bench's extraction turns can favour a copying drafter while HumanEval favours a trained one: the verdict per
+    category reads each contender's figures on that category's prompts alone."""
+    from train.bakeoff import category_verdicts
+
+    def with_categories(row, **figures):
+        return {**row, "categories": {c: {"tau": t, "alpha": 0.3, "speedup": s} for c, (t, s) in figures.items()}}
+
+    rows = [
+        with_categories(_row("smollm2", 0.9, 1.3), **{"mt_bench/extraction": (1.2, 0.8), "humaneval": (1.5, 1.2)}),
+        with_categories(
+            _row("smollm2_suffix", 1.0, 1.5, trained=False),
+            **{"mt_bench/extraction": (3.1, 1.6), "humaneval": (1.3, 0.9)},
+        ),
+    ]
+    verdicts = category_verdicts(rows)
+    assert {c: v["recipe"] for c, v in verdicts.items()} == {
+        "mt_bench/extraction": "smollm2_suffix",
+        "humaneval": "smollm2",
+    }
+    assert category_verdicts([with_categories(_row("a", 1.0, 1.0), humaneval=(1.0, 1.0))]) == {}  # one category
+    settings = {"num_prompts": 1, "max_new_tokens": 1, "num_speculative_tokens": 1, "temperature": 0.0, "tree": None}
+    workload = {"contenders": rows, "recommended": None, "free_vs_trained": None, "by_category": verdicts}
+    workload["overrides"] = []
+    text = render_markdown({"workloads": {"w": workload}, "served_check": None, "settings": settings})
+    assert "| recipe | mt_bench/extraction | humaneval |" in text
+    assert "| smollm2_suffix | 1.60× (τ 3.10) | 0.90× (τ 1.30) |" in text
+    assert "| **recommended** | `smollm2_suffix` | `smollm2` |" in text

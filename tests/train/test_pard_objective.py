@@ -81,6 +81,13 @@ def test_every_slot_is_labelled_with_the_token_after_its_position():
     assert metrics["top1_agreement"] == 1 and all(metrics[f"mask{i}_top1"] == 1 for i in (1, 2, 3))
     assert metrics["sim_tau"].item() == pytest.approx(5.0)  # 1 + four slots always right
 
+    def no_teacher(input_ids, attention_mask):
+        raise AssertionError("ce trains on the samples' own tokens: the target must not run")
+
+    objective.target = no_teacher  # a step costs the drafter's forward alone (the main job's data is greedy)
+    again, same = objective(_Oracle(seq, 1), batch)
+    assert again.item() == right.item() and same["sim_tau"].item() == pytest.approx(5.0)
+
 
 def test_training_forward_equals_the_block_the_drafter_drafts_at_serving_time(target, tokenizer, prompt_ids):
     torch.manual_seed(0)

@@ -3,6 +3,8 @@ after random anchors (An et al., ICLR 2026)."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from heads.pard import PardDrafter
@@ -124,12 +126,14 @@ class PardDistillation:
         bias = torch.zeros(see.shape, dtype=dtype, device=see.device).masked_fill(~see, torch.finfo(dtype).min)
         student = model(input_ids=ids, attention_mask=bias[:, None], position_ids=positions).logits  # (B, L, V)
         student = student[..., : self.vocab_size]
-        with torch.no_grad():
-            teacher = self.target(input_ids=input_ids, attention_mask=attention_mask).logits[..., : self.vocab_size]
+        teacher = None  # ce: the samples' own tokens are the labels (greedy answers: the target's argmax), no forward
+        if self.loss != "ce":
+            with torch.no_grad():
+                teacher = self.target(input_ids=input_ids, attention_mask=attention_mask).logits[..., : self.vocab_size]
         t = self.kd_temperature
         # Real tokens: position s predicts s+1.
         real = counts[:, 1:]  # (B, T−1)
-        real_loss = self._kd(student[:, : T - 1][real], teacher[:, :-1][real], input_ids[:, 1:][real], t)
+        real_loss = self._kd(student[:, : T - 1][real], _at(teacher, real, T - 1), input_ids[:, 1:][real], t)
         # Mask slot (a, i): position anchor+i predicts token anchor+i+1, the teacher's logits at anchor+i.
         M = self.num_masks
         slot_pos = positions[:, T:]  # (B, A·M)
@@ -137,15 +141,19 @@ class PardDistillation:
         in_range = label_pos < T
         label_pos = label_pos.clamp(max=T - 1)
         slot_counts = in_range & anchor_valid.repeat_interleave(M, 1) & counts.gather(1, label_pos)
-        slot_teacher = teacher.gather(1, slot_pos.clamp(max=T - 1)[..., None].expand(-1, -1, teacher.shape[-1]))
         labels = input_ids.gather(1, label_pos)
-        mask_loss = self._kd(student[:, T:][slot_counts], slot_teacher[slot_counts], labels[slot_counts], t)
+        slot_teacher = None
+        if teacher is not None:
+            slot_teacher = teacher.gather(1, slot_pos.clamp(max=T - 1)[..., None].expand(-1, -1, teacher.shape[-1]))
+        mask_loss = self._kd(student[:, T:][slot_counts], _at(slot_teacher, slot_counts), labels[slot_counts], t)
         loss = real_loss + self.mask_loss_weight * mask_loss
         with torch.no_grad():
             metrics = {"loss": loss.detach(), "real_loss": real_loss.detach(), "mask_loss": mask_loss.detach()}
-            agree = student[:, : T - 1].argmax(-1) == teacher[:, :-1].argmax(-1)  # (B, T−1)
+            # the teacher's choice, or under ce the label (the target's own greedy token)
+            chosen = input_ids[:, 1:] if teacher is None else teacher[:, :-1].argmax(-1)
+            agree = student[:, : T - 1].argmax(-1) == chosen  # (B, T−1)
             acc = [agree[real].float().mean() if real.any() else agree.new_zeros((), dtype=torch.float)]
-            slot_agree = student[:, T:].argmax(-1) == slot_teacher.argmax(-1)  # (B, A·M)
+            slot_agree = student[:, T:].argmax(-1) == (labels if slot_teacher is None else slot_teacher.argmax(-1))
             slot_index = torch.arange(slot_pos.shape[1], device=ids.device) % M
             for i in range(M):
                 m = slot_counts & (slot_index == i)
@@ -158,8 +166,13 @@ class PardDistillation:
 
     def _kd(self, student, teacher, labels, t):
         """Mean KD loss over N positions; 0 (still in the graph) when there are none."""
-        per_token = kd_loss(self.loss, student / t, None if self.loss == "ce" else teacher / t, labels, self.jsd_beta)
+        per_token = kd_loss(self.loss, student / t, None if teacher is None else teacher / t, labels, self.jsd_beta)
         return per_token.sum() / max(per_token.numel(), 1)
+
+
+def _at(teacher: Optional[torch.Tensor], where: torch.Tensor, length: Optional[int] = None) -> Optional[torch.Tensor]:
+    """The teacher's logits (cut to `length` positions) where `where` holds; None without a teacher (ce)."""
+    return None if teacher is None else teacher[:, :length][where]
 
 
 def _prepare_pard(ctx: TrainContext) -> Prepared:

@@ -62,6 +62,7 @@ def eval_prompt_ids(run: Run, tokenizer, max_len: int, answer: Optional[Answer] 
         overlong=cfg.eval.overlong_prompts,
         categories=rows.categories,
         answer=answer,
+        repeat_block=cfg.eval.repeat_block,
     )
     dataset = load_distilled(run.paths.data) if read_json(run.paths.data / "manifest.json") else None
     measured = prompts.ids[: cfg.eval.num_prompts]  # the warm-up prompts are the first of these
