@@ -64,9 +64,10 @@ class EvalConfig:
     # estimated acceptance probability is below this, so a step drafts 1..γ tokens; null = always γ
     draft_confidence_min: Optional[float] = None
     dynamic_tree: DynamicTreeConfig = field(default_factory=DynamicTreeConfig)
-    # the decoding path: static = pre-allocated cache and compiled fixed block widths (one row, chains, drafters
-    # without target features); dynamic = DynamicCache with slot masks (everything); auto = static where it
-    # covers the run on a GPU (eval/static_engine.py says why not on a CPU). The report names the path taken.
+    # the decoding path: static = pre-allocated cache and compiled fixed block widths (one row, chains; a drafter
+    # reading target features compiles the target twice); dynamic = DynamicCache with slot masks (everything);
+    # auto = static where it covers the run on a GPU (eval/static_engine.py says why not on a CPU). The report
+    # names the path taken.
     engine: str = "auto"
     batch_size: int = 1  # rows decoded together (chain or tree; speedup compares like with like)
     temperature: float = 0.0  # 0 = greedy (losslessness checked token for token)

@@ -4,8 +4,9 @@
 A vLLM server runs at most its max_num_seqs requests at once (fewer when its KV cache is full) and queues the rest, so
 a level above that times the queue, not the drafter. drafthub sizes the servers it starts for the highest level, but a
 deployed server (eval.serve_url) keeps its own limit, which no public endpoint reports: the gauge shows what it did.
-The rule (eval/serving/load_figures.py): a level whose server peaked below its concurrency on either side is reported
-at that peak and left out of the break-even verdict. A server without the gauge leaves the peak unknown (None).
+The rule (eval/serving/load_figures.py): a deployed server that peaked below a level on either side is reported at
+that peak and left out of the break-even verdict; servers drafthub started run every level (their limit is the
+highest), and their polled peak, a lower bound, is shown only. A server without the gauge leaves the peak unknown.
 """
 
 from __future__ import annotations

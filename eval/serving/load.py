@@ -119,8 +119,17 @@ def prompt_texts(tokenizer, prompts: list[list[int]]) -> list[str]:
     return [tokenizer.decode(p[1:] if adds_bos and p[:1] == [bos] else p) for p in prompts]
 
 
-def sweep(spec_url: str, base_url: str, tokenizer_name: str, texts: list[str], cfg: EvalConfig, trust: bool) -> dict:
-    """Every level of eval.serve_load on both servers, interleaved and repeated; the per-level figures."""
+def sweep(
+    spec_url: str,
+    base_url: str,
+    tokenizer_name: str,
+    texts: list[str],
+    cfg: EvalConfig,
+    trust: bool,
+    limit: Optional[int] = None,
+) -> dict:
+    """Every level of eval.serve_load on both servers, interleaved and repeated; the per-level figures (limit: the
+    servers' max_num_seqs where drafthub started them; None: deployed servers, read from their gauges)."""
     runs = {c: {"speculative": [], "no_speculation": []} for c in cfg.serve_load}
     with tempfile.TemporaryDirectory(prefix="drafthub-load-") as tmp:
         prompts_file = Path(tmp) / "prompts.jsonl"
@@ -133,7 +142,7 @@ def sweep(spec_url: str, base_url: str, tokenizer_name: str, texts: list[str], c
                     with PeakRunning(url) as watch:  # what the server ran at once: above its limit a level queues
                         result = drive(bench_args(url, tokenizer_name, prompts_file, c, cfg, trust))
                     runs[c][side].append({**result, "peak_running": watch.peak})
-    levels = [level_figures(c, runs[c]["speculative"], runs[c]["no_speculation"]) for c in cfg.serve_load]
+    levels = [level_figures(c, runs[c]["speculative"], runs[c]["no_speculation"], limit) for c in cfg.serve_load]
     return {"levels": levels, "break_even": break_even(levels)}
 
 
@@ -196,7 +205,8 @@ def load_check(
                 )  # fmt: skip
                 urls.append(stack.enter_context(server))
             spec_url, base_url = urls
-        figures = sweep(spec_url, base_url, target, texts, cfg, trust_remote_code)
+        limit = None if external else max(cfg.serve_load)  # the --max-num-seqs server_argv gave both servers
+        figures = sweep(spec_url, base_url, target, texts, cfg, trust_remote_code, limit)
     return {
         "engine": "vllm",
         "engine_version": server_version(spec_url) if external else vllm_module.__version__,

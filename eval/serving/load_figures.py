@@ -59,9 +59,9 @@ def served_acceptance(results: list[dict]) -> dict:
     return {"tau": 1 + accepted / drafts, "per_position_acceptance": per_pos, "drafts": drafts}
 
 
-def level_figures(concurrency: int, spec: list[dict], base: list[dict]) -> dict:
+def level_figures(concurrency: int, spec: list[dict], base: list[dict], limit: Optional[int] = None) -> dict:
     """One concurrency level: both sides, the speed-ups (throughput; TPOT = base median ÷ spec median) and
-    whether the drafter pays there (both above 1)."""
+    whether the drafter pays there (both above 1). limit: the servers' max_num_seqs where drafthub set it."""
     with_, without = _side(spec), _side(base)
     throughput = with_["output_tokens_per_second"] / without["output_tokens_per_second"]
     tpot = without["tpot_ms"]["median"] / with_["tpot_ms"]["median"]
@@ -84,17 +84,22 @@ def level_figures(concurrency: int, spec: list[dict], base: list[dict]) -> dict:
         "tpot_speedup_interval": _around(tpot, tpot_spread["low"], tpot_spread["high"]),
         "pays": throughput > 1 and tpot > 1,
         **{f"served_{k}": v for k, v in served_acceptance(spec).items()},
-        **server_concurrency(concurrency, spec, base),
+        **server_concurrency(concurrency, spec, base, limit),
     }
 
 
-def server_concurrency(concurrency: int, spec: list[dict], base: list[dict]) -> dict:
+def server_concurrency(concurrency: int, spec: list[dict], base: list[dict], limit: Optional[int] = None) -> dict:
     """How many requests each server ran at once (eval/serving/concurrency.py), and `capped_at`: the lower peak
-    where either side ran fewer than the level asked, so the level timed a queue (None: it ran the level)."""
+    where either side ran fewer than the level asked, so the level timed a queue (None: it ran the level).
+
+    limit: the max_num_seqs drafthub started both servers with; then only it caps a level. The polled peak is a lower
+    bound (short requests can finish between polls): it decides only for a deployed server, whose limit is private."""
     peaks = {}
     for side, results in (("speculative", spec), ("no_speculation", base)):
         seen = [r["peak_running"] for r in results if r.get("peak_running")]  # 0: no poll caught a request
         peaks[side] = max(seen) if seen else None
+    if limit is not None:
+        return {"peak_running": peaks, "capped_at": limit if limit < concurrency else None}
     below = [p for p in peaks.values() if p is not None and p < concurrency]
     return {"peak_running": peaks, "capped_at": min(below) if below else None}
 
