@@ -30,15 +30,23 @@ MIN_DOC, MAX_DOC, MAX_STUB_LINES = 40, 600, 24  # docstrings that say what the f
 
 def stdlib_code_file() -> Path:
     """The requests file for this Python (built on first use): rows of {"prompt": stub, "category": module}."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    path = cache_root() / "prompt_sets" / f"stdlib_code-py{version}.jsonl"
+    root, path = stdlib_root(), prompt_set_path("stdlib_code")
     if not path.is_file():
         rows = list(_unique(stub for module in stdlib_modules(root) for stub in function_stubs(module, root)))
         random.Random(0).shuffle(rows)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
     return path
+
+
+def stdlib_root() -> Path:
+    """The running Python's standard library directory."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def prompt_set_path(name: str) -> Path:
+    """Where a prompt set built from this Python's stdlib is cached (one file per Python version)."""
+    return cache_root() / "prompt_sets" / f"{name}-py{sys.version_info.major}.{sys.version_info.minor}.jsonl"
 
 
 def stdlib_modules(root: Path) -> Iterator[Path]:

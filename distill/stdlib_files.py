@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import json
 import random
-import sys
-import sysconfig
 from pathlib import Path
 
-from distill.inputs import cache_root
-from distill.stdlib_code import function_stubs, stdlib_modules
+from distill.stdlib_code import function_stubs, prompt_set_path, stdlib_modules, stdlib_root
 from heads.formats.staging import atomic_write_text
 
 MIN_BYTES, MAX_BYTES = 2_500, 7_000
@@ -31,9 +28,7 @@ QUESTIONS = (
 
 def stdlib_files_file() -> Path:
     """The prompts file for this Python (built on first use): rows of {"prompt": file + question}."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    path = cache_root() / "prompt_sets" / f"stdlib_files-py{version}.jsonl"
+    root, path = stdlib_root(), prompt_set_path("stdlib_files")
     if not path.is_file():
         sized = (p for p in stdlib_modules(root) if MIN_BYTES <= p.stat().st_size <= MAX_BYTES)
         files = [p for p in sized if _unstubbed(p, root)]
