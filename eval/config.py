@@ -43,6 +43,10 @@ class LlamaCppServeConfig:
     # The served speed-up: each prompt decoded alone by llama-server with and without the drafter, this many times
     # each, interleaved (0 = measure acceptance only, start no second server)
     speed_repeats: int = 2
+    # llama-server's own draft cut (--spec-draft-p-min): a draft stops at the first token the drafter gives less than
+    # this probability (draft LM, EAGLE-3; DFlash/DFlash2 by their top pick, DSpark by its confidence head). 0 =
+    # always γ, as our chains draft; above 0 the served τ is the engine's rule, reported beside ours, not compared
+    draft_p_min: float = 0.0
 
 
 SERVING_ENGINES = ("vllm", "llamacpp")  # eval.serve's choices: eval/serving/__init__.py SERVERS serves each

@@ -40,6 +40,11 @@ def check_settings(cfg: EvalConfig) -> None:
             f"eval.draft_confidence_min={cfg.draft_confidence_min} is not a probability in (0, 1); use e.g. 0.3, "
             "or null for a fixed γ"
         )
+    if not 0 <= cfg.llamacpp.draft_p_min < 1 or (cfg.llamacpp.draft_p_min and cfg.draft_confidence_min is not None):
+        raise EvalError(
+            f"eval.llamacpp.draft_p_min={cfg.llamacpp.draft_p_min}: give a probability in [0, 1) (0: always γ), and "
+            "not beside eval.draft_confidence_min, which already sets llama-server's cut"
+        )
     if cfg.engine not in ENGINES:
         raise EvalError(f"eval.engine={cfg.engine!r}; use one of {list(ENGINES)}")
     if cfg.overlong_prompts not in OVERLONG:

@@ -8,6 +8,10 @@ measures them (the served speed-up: each prompt alone with and without the draft
 A drafter served by llama.cpp needs its GGUF (an export with publish.engines=[llamacpp]). Prints one JSON line:
 per drafter and engine, served τ beside ours (and their gap), outputs equal / prompts, the served speed-up with its
 95% interval beside ours, tokens/s with and without the drafter. Run it on a quiet machine.
+
+`--gammas 2 4 6` serves each γ; `--p-mins 0 0.5 0.8` also sweeps llama-server's own draft cut
+(`eval.llamacpp.draft_p_min`, llama.cpp only): one served check per (γ, p), and the fastest per drafter and engine
+is named (`best`).
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ import time
 from pathlib import Path
 
 
-def serve_once(drafter: Path, engine: str, args) -> dict:
-    """One `python -m eval` with the served check on `engine`; its report's figures."""
+def serve_once(drafter: Path, engine: str, args, gamma: int | None = None, p_min: float = 0.0) -> dict:
+    """One `python -m eval` with the served check on `engine` (at γ and llama-server's draft cut p_min, where
+    given); its report's figures."""
     with tempfile.TemporaryDirectory() as out:
         argv = [sys.executable, "-m", "eval", f"drafter_dir={drafter}", f"prompts={args.prompts}", f"out_dir={out}"]
         argv += [f"serve={engine}", f"eval.num_prompts={args.num_prompts}"]
+        argv += [f"eval.num_speculative_tokens={gamma}"] if gamma else []
+        argv += [f"eval.llamacpp.draft_p_min={p_min}"] if p_min else []
         argv += [f"eval.max_new_tokens={args.max_new_tokens}", "eval.gamma_sweep=[]"]  # the served γ only
         argv += [f"target_path={args.target}"] if args.target else []
         argv += [f"eval.vllm.speed_repeats={args.repeats}", f"eval.llamacpp.speed_repeats={args.repeats}"]
@@ -43,6 +50,8 @@ def serve_once(drafter: Path, engine: str, args) -> dict:
         "engine": sv["engine"],
         "engine_version": sv.get("engine_version"),
         "method": sv["method"],
+        "gamma": sv["num_speculative_tokens"],
+        "p_min": sv.get("draft_p_min", 0.0),
         "served_tau": round(sv["tau"], 4),
         "ours_tau": round(sv["ours"]["tau"], 4),
         "tau_gap": round(abs(sv["tau"] - sv["ours"]["tau"]) / sv["ours"]["tau"], 4),
@@ -61,6 +70,17 @@ def serve_once(drafter: Path, engine: str, args) -> dict:
     }
 
 
+def fastest(rows: list[dict]) -> list[dict]:
+    """Per drafter and engine, the (γ, p-min) served fastest with its outputs equal to the target's."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["drafter"], r["engine"])
+        if r["verdict"] == "ok" and (r["served_speedup"] or 0) > (best.get(key, {}).get("served_speedup") or 0):
+            best[key] = r
+    keys = ("drafter", "engine", "gamma", "p_min", "served_speedup", "served_interval")
+    return [{k: r[k] for k in keys} for r in best.values()]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--drafter", action="append", required=True, type=Path, help="an export directory (repeat)")
@@ -70,16 +90,25 @@ def main() -> int:
     parser.add_argument("--num-prompts", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2, help="timed passes over the prompts, each side")
+    parser.add_argument("--gammas", type=int, nargs="+", default=[None], help="γ values served (default: eval's)")
+    parser.add_argument("--p-mins", type=float, nargs="+", default=[0.0], help="llama-server draft cuts (llama.cpp)")
     args = parser.parse_args()
-    rows = [serve_once(d, engine, args) for d in args.drafter for engine in args.engines]
+    rows = [
+        serve_once(d, engine, args, gamma, p_min)
+        for d in args.drafter
+        for engine in args.engines
+        for gamma in args.gammas
+        for p_min in (args.p_mins if engine == "llamacpp" else [0.0])
+    ]
     for r in rows:
         print(
-            f"{r['kind']:>9} {r['engine']:>8}: served τ {r['served_tau']:.3f} (ours {r['ours_tau']:.3f}, "
+            f"{r['kind']:>9} {r['engine']:>8} γ {r['gamma']} p-min {r['p_min']:g}: served τ {r['served_tau']:.3f} "
+            f"(ours {r['ours_tau']:.3f}, "
             f"{r['tau_gap']:.1%} apart), outputs {r['equal_prompts']}, served speed-up {r['served_speedup'] or 0:.2f}× "
             f"{r['served_interval']}, ours {r['ours_speedup']:.2f}× {r['ours_interval']}",
             file=sys.stderr,
         )
-    print(json.dumps({"bench": "served", "rows": rows}))
+    print(json.dumps({"bench": "served", "rows": rows, "best": fastest(rows)}))
     return 0
 
 

@@ -207,9 +207,15 @@ def served_check(
     """
     consumer, gamma = servable(drafter_dir), cfg.num_speculative_tokens
     spec = consumer.speculative_config(Path(drafter_dir), gamma)
-    if cfg.draft_confidence_min is not None:  # our adaptive length: the same cut by the drafter's confidence head
-        at = spec["args"].index("--spec-draft-p-min") + 1
-        spec["args"][at] = str(cfg.draft_confidence_min)
+    rule_difference = consumer.rule_difference
+    cut = cfg.draft_confidence_min if cfg.draft_confidence_min is not None else cfg.llamacpp.draft_p_min or None
+    if cut is not None:  # our adaptive length (the same cut by DSpark's confidence head), or the engine's own
+        spec["args"][spec["args"].index("--spec-draft-p-min") + 1] = str(cut)
+    if cfg.draft_confidence_min is None and cfg.llamacpp.draft_p_min:
+        rule_difference = (
+            f"llama-server stops a draft below probability {cfg.llamacpp.draft_p_min:g} (eval.llamacpp.draft_p_min), "
+            "ours drafts γ"
+        )
     t0 = time.perf_counter()
     target_dir = llamacpp.local_dir(target)
     target_gguf = llamacpp.target_gguf(target_dir, llamacpp.home() / "targets")
@@ -236,7 +242,7 @@ def served_check(
         len(prompts),
         cfg.served_tolerance,
         engine="llama.cpp",
-        rule_difference=consumer.rule_difference,
+        rule_difference=rule_difference,
         drafts=figures["drafts"],
     )
     why += _counted_as_equal(quantized, len(without), engine_same, ties, engine_ties, len(equal) - sum(equal))
@@ -248,7 +254,9 @@ def served_check(
         "target_gguf": str(target_gguf),  # a GGUF target's own file, or the target converted once
         "target_quantization": quantized,  # its quantized tensor types: outputs then compared with its own
         "num_speculative_tokens": gamma,
+        "draft_p_min": cut or 0.0,  # llama-server's --spec-draft-p-min: 0 = always γ
         **figures,
+        "draft_tokens": draft_tokens,  # proposed in all: below drafts × γ where a draft was cut
         **(speed or {}),
         "ours": ours_section(ours),
         "equal_prompts": sum(equal),

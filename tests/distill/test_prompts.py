@@ -396,3 +396,55 @@ def test_distill_answers_every_turn_of_a_named_column_and_keeps_no_answers_it_ha
     data.regenerate, data.prompts_column = False, None
     with pytest.raises(DistillError, match=r"^prompt 0 is a `turns` row, which holds no answers to keep"):
         distill(micro, replace(data, prompts=_jsonl(tmp_path / "t.jsonl", {"turns": ["a", "b"]})), tmp_path / "k")
+
+
+def test_a_prompt_completion_row_is_answered_by_its_completion_or_by_the_target(tmp_path, micro_world):
+    """TRL's prompt-completion rows: `data.regenerate=false` trains on the completion (every token of it and the
+    end-of-turn token, nothing of the prompt); `true` has the target answer the same prompt instead."""
+    from distill.chat import encode_prompt
+    from distill.config import DataConfig, SamplingConfig, TargetConfig
+    from distill.run import distill
+    from distill.shards import load_distilled
+    from distill.target import load_tokenizer
+
+    rows = [{"prompt": "def f():\n", "completion": "    return 1\n", "category": "c"}, {"prompt": "x = "}]
+    path = _jsonl(tmp_path / "pc.jsonl", *rows)
+    datasets.Dataset.from_list(rows[:1]).to_parquet(tmp_path / "pc.parquet")
+    answered = [{"role": "user", "content": "def f():\n"}, {"role": "assistant", "content": "    return 1\n"}]
+    assert load_conversations(path, None) == [answered, [{"role": "user", "content": "x = "}]]
+    assert load_conversations(str(tmp_path / "pc.parquet"), None) == [answered]
+    micro = TargetConfig(name_or_path="toyworld:micro")
+    data = DataConfig(prompts=_jsonl(tmp_path / "one.jsonl", rows[0]), holdout=0, regenerate=False)
+    distill(micro, data, tmp_path / "kept", "cpu")
+    kept = load_distilled(tmp_path / "kept")[0]
+    tokenizer = load_tokenizer(micro)
+    trained = [t for t, m in zip(kept["input_ids"], kept["loss_mask"]) if m]
+    assert tokenizer.decode(trained).startswith("    return 1\n") and kept["finish_reason"] == "dataset"
+    assert kept["input_ids"][: kept["prompt_length"]] == encode_prompt(tokenizer, answered[:1])
+    greedy = replace(data, regenerate=True, sampling=SamplingConfig(temperature=0, max_new_tokens=4))
+    distill(micro, greedy, tmp_path / "target", "cpu")
+    answer = load_distilled(tmp_path / "target")[0]
+    assert answer["input_ids"][: answer["prompt_length"]] == kept["input_ids"][: kept["prompt_length"]]
+    assert answer["finish_reason"] != "dataset" and sum(answer["loss_mask"]) <= 4
+    with pytest.raises(DistillError, match=r"pc2\.jsonl:1: 'completion' must be a string \(the answer to 'prompt'\)"):
+        load_conversations(_jsonl(tmp_path / "pc2.jsonl", {"prompt": "a", "completion": ["b"]}), None)
+
+
+def test_stdlib_code_answers_are_stdlib_codes_requests_with_the_stdlibs_own_functions(tmp_path, monkeypatch):
+    from distill import stdlib_code
+
+    (tmp_path / "lib").mkdir()
+    source = 'def mean_of(values):\n    """Return the arithmetic mean of values, in a module of its own."""\n'
+    (tmp_path / "lib" / "stats_like.py").write_text(source + "    return sum(values) / len(values)\n")
+    monkeypatch.setattr(stdlib_code.sysconfig, "get_paths", lambda: {"stdlib": str(tmp_path / "lib")})
+    monkeypatch.setenv("DRAFTHUB_CACHE", str(tmp_path / "cache"))
+    requests, answered = read_prompts("stdlib_code", None), read_prompts("stdlib_code_answers", None)
+    assert (
+        [c[0] for c in answered.conversations]
+        == [c[0] for c in requests.conversations]
+        == [{"role": "user", "content": source}]
+    )
+    assert answered.conversations[0][1] == {
+        "role": "assistant",
+        "content": source + "    return sum(values) / len(values)\n",
+    }

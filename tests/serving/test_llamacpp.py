@@ -409,3 +409,29 @@ def test_a_quantized_gguf_target_is_judged_against_llama_servers_own_output(tmp_
     floats = write_gguf(micro_world.target_dir, tmp_path / "f" / "m.gguf")
     strict = check(floats, alone=[7, 8, 8])
     assert strict["verdict"] == "broken" and strict["target_quantization"] == []
+
+
+@needs_llamacpp
+def test_llama_servers_own_draft_cut_is_served_and_its_tau_not_held_to_ours(
+    gguf_exports, target, tokenizer, micro_world, prompt_ids
+):
+    """eval.llamacpp.draft_p_min: llama-server stops a draft LM's draft at a token it gives less than p (the regime
+    llama.cpp's users run in); outputs stay the target's, drafts get shorter, and τ is reported beside ours."""
+    cfg = replace(CFG, llamacpp=LlamaCppServeConfig(speed_repeats=0, draft_p_min=0.5))
+    served = _serve(target, tokenizer, micro_world, gguf_exports["draft_lm"], prompt_ids, cfg=cfg)["served"]
+    args = served["server_args"]
+    assert args[args.index("--spec-draft-p-min") + 1] == "0.5" and served["draft_p_min"] == 0.5
+    assert 0 < served["draft_tokens"] < served["drafts"] * CFG.num_speculative_tokens  # drafts, some of them cut
+    assert served["verdict"] == "ok" and served["equal_prompts"] == len(prompt_ids), served["reason"]
+    assert "not compared: llama-server stops a draft below probability 0.5" in served["reason"]
+
+
+@pytest.mark.parametrize("settings", [{"draft_p_min": 1.0}, {"draft_p_min": -0.1}, {"draft_p_min": 0.5, "both": 1}])
+def test_a_draft_cut_that_is_no_probability_or_doubles_the_adaptive_length_is_refused(settings):
+    from eval.run import check_settings
+
+    both = {"draft_confidence_min": 0.3} if settings.pop("both", None) else {}
+    cfg = replace(CFG, llamacpp=LlamaCppServeConfig(**settings), **both)
+    with pytest.raises(EvalError, match=r"eval.llamacpp.draft_p_min=.*: give a probability in \[0, 1\) \(0: always"):
+        check_settings(cfg)
+    check_settings(replace(CFG, llamacpp=LlamaCppServeConfig(draft_p_min=0.5)))

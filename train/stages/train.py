@@ -34,11 +34,17 @@ def training_data(cfg, samples: int) -> dict:
     policy = trainer.policy if trainer.policy == "off_policy" else f"on_policy (λ = {trainer.on_policy_fraction:g})"
     return {
         "samples": samples,
-        "source": "the target's answers" if cfg.data.source == "target" else "raw corpus text",
+        "source": _source(cfg.data),
         "policy": policy,
         "optimizer_steps": trainer.max_steps,
         "sequences_per_step": trainer.batch_size * trainer.grad_accum,
     }
+
+
+def _source(data) -> str:
+    if data.source == "corpus":
+        return "raw corpus text"
+    return "the target's answers" if data.regenerate else "the dataset's own answers"
 
 
 def check_length_cut(cut: LengthCut, max_share: float) -> None:
