@@ -46,7 +46,8 @@ class LlamaCppServeConfig:
     # llama-server's own draft cut (--spec-draft-p-min): a draft stops at the first token the drafter gives less than
     # this probability (draft LM, EAGLE-3; DFlash/DFlash2 by their top pick, DSpark by its confidence head). 0 =
     # always γ, as our chains draft; above 0 the served τ is the engine's rule, reported beside ours, not compared
-    draft_p_min: float = 0.0
+    # (added later: at 0 it leaves stage hashes as they were, distill/config.py ADDED; eval imports nothing of distill)
+    draft_p_min: float = field(default=0.0, metadata={"hashed_unless_default": True})
 
 
 SERVING_ENGINES = ("vllm", "llamacpp")  # eval.serve's choices: eval/serving/__init__.py SERVERS serves each

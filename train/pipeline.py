@@ -106,7 +106,7 @@ def _reuse_or_announce(run: Run) -> None:
         )
     elif (data / "fingerprint.json").exists():
         print(f"[distill] resuming the unfinished dataset in {data} (hash {digest})")
-    elif (other := find_dataset(digest, data)) is not None:
+    elif (other := find_dataset(digest, data, run.cfg.data)) is not None:
         adopt_dataset(other, data)
         print(f"[distill] reusing the dataset of {other}: same prompts, target and settings (hash {digest})")
     else:

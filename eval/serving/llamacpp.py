@@ -207,15 +207,7 @@ def served_check(
     """
     consumer, gamma = servable(drafter_dir), cfg.num_speculative_tokens
     spec = consumer.speculative_config(Path(drafter_dir), gamma)
-    rule_difference = consumer.rule_difference
-    cut = cfg.draft_confidence_min if cfg.draft_confidence_min is not None else cfg.llamacpp.draft_p_min or None
-    if cut is not None:  # our adaptive length (the same cut by DSpark's confidence head), or the engine's own
-        spec["args"][spec["args"].index("--spec-draft-p-min") + 1] = str(cut)
-    if cfg.draft_confidence_min is None and cfg.llamacpp.draft_p_min:
-        rule_difference = (
-            f"llama-server stops a draft below probability {cfg.llamacpp.draft_p_min:g} (eval.llamacpp.draft_p_min), "
-            "ours drafts γ"
-        )
+    cut, rule_difference = _draft_cut(spec["args"], cfg, consumer.rule_difference)
     t0 = time.perf_counter()
     target_dir = llamacpp.local_dir(target)
     target_gguf = llamacpp.target_gguf(target_dir, llamacpp.home() / "targets")
@@ -270,6 +262,23 @@ def served_check(
         "files_sha256": served_files_hash(drafter_dir),
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+def _draft_cut(
+    args: list[str], cfg: EvalConfig, rule_difference: Optional[str]
+) -> tuple[Optional[float], Optional[str]]:
+    """llama-server's --spec-draft-p-min set in args: our adaptive length (the same cut, by DSpark's confidence head),
+    or the engine's own (eval.llamacpp.draft_p_min, which our chains don't apply: the rule then differs); the cut
+    (None: none) and the rule difference to report."""
+    cut = cfg.draft_confidence_min if cfg.draft_confidence_min is not None else cfg.llamacpp.draft_p_min or None
+    if cut is not None:
+        args[args.index("--spec-draft-p-min") + 1] = str(cut)
+    if cfg.draft_confidence_min is None and cfg.llamacpp.draft_p_min:
+        rule_difference = (
+            f"llama-server stops a draft below probability {cfg.llamacpp.draft_p_min:g} (eval.llamacpp.draft_p_min), "
+            "ours drafts γ"
+        )
+    return cut, rule_difference
 
 
 def _counted_as_equal(quantized: list[str], departed_quantized: int, engine_same, ties, engine_ties, departed) -> str:

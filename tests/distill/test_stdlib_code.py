@@ -100,3 +100,29 @@ def test_the_long_context_set_is_whole_files_none_of_whose_functions_is_a_traini
     assert not any(stub in prompt for stub in trained)
     measured = read_prompts("stdlib_files", None)
     assert measured.conversations == [[{"role": "user", "content": prompt}]] and measured.categories == ["stdlib_files"]
+
+
+def test_a_dataset_from_another_pythons_stdlib_code_is_refused_not_reused(micro_world, tmp_path, monkeypatch):
+    """The prompt set's name stays the same on another Python, its bytes don't: the old dataset is neither reused
+    in its run directory nor lent to another one."""
+    from distill.config import DataConfig, SamplingConfig, TargetConfig
+    from distill.errors import DistillError
+    from distill.run import config_hash, distill
+    from train.stages.run_dir import find_dataset
+
+    root = tmp_path / "lib"
+    root.mkdir()
+    (root / "stats_like.py").write_text(MODULE)
+    monkeypatch.setattr(stdlib_code.sysconfig, "get_paths", lambda: {"stdlib": str(root)})
+    monkeypatch.setattr(stdlib_code, "prompt_set_path", lambda name: tmp_path / "py3.11" / f"{name}.jsonl")
+    target = TargetConfig(name_or_path="toyworld:micro")
+    data = DataConfig(prompts="stdlib_code", holdout=0, sampling=SamplingConfig(max_new_tokens=4))
+    monkeypatch.chdir(tmp_path)
+    manifest = distill(target, data, tmp_path / "runs" / "r" / "a" / "data")
+    assert set(manifest["prompt_sets"]) == {"stdlib_code"}
+    assert distill(target, data, tmp_path / "runs" / "r" / "a" / "data") == manifest  # same bytes: reused
+    (root / "more.py").write_text(MODULE.replace("mean_of", "median_of"))  # another Python's standard library
+    monkeypatch.setattr(stdlib_code, "prompt_set_path", lambda name: tmp_path / "py3.12" / f"{name}.jsonl")
+    with pytest.raises(DistillError, match=r"was distilled from other prompts than stdlib_code gives now"):
+        distill(target, data, tmp_path / "runs" / "r" / "a" / "data")
+    assert find_dataset(config_hash(target, data), tmp_path / "runs" / "r" / "b" / "data", data) is None

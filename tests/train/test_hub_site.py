@@ -29,6 +29,11 @@ from train.registry.site.pages import best_row
 
 HOSTILE = 'evil<img src="x" onerror="alert(1)">'  # a model name must never become markup
 SWEEP = [sweep_row(g, 1 + 0.4 * g, 1 + 0.1 * g) for g in (1, 2, 4)]
+SERVED_SPEED = {  # tokens/s on the engine with the drafter over without, and its interval
+    "speedup": 1.31,
+    "speedup_spread": {"low": 1.2, "high": 1.4},
+    "tokens_per_second": {"speculative": 131.0, "no_speculation": 100.0},
+}
 VERIFIED = {"tau": 3.08, "prompts": 3, "device": "cpu", "lossless": True, "target_outputs_as_recorded": 3}
 
 
@@ -39,8 +44,8 @@ def registry(tmp_path_factory, target, tokenizer):
     made = [
         (published_drafter(src / "a", target, tokenizer, served=SERVED, sweep=SWEEP), None),
         (published_drafter(src / "a2", target, tokenizer, tau=2.25, speedup=0.8), None),  # slower: warned
-        (published_drafter(src / "b", target, tokenizer, model_name="better", tau=3.1, served=SERVED | {"tau": 3.05},
-                           serving_load=LOAD), VERIFIED),
+        (published_drafter(src / "b", target, tokenizer, model_name="better", tau=3.1,
+                           served=SERVED | {"tau": 3.05, **SERVED_SPEED}, serving_load=LOAD), VERIFIED),
         (published_drafter(src / "n", target, tokenizer, model_name="lookup", tau=1.6, drafter=NgramDrafter(1, 3)),
          None),
         (published_drafter(src / "e", target, tokenizer, model_name=HOSTILE, tau=1.3), None),
@@ -115,6 +120,13 @@ def test_each_leaderboard_shows_every_drafter_with_the_index_figures(registry):
         filters = [box["value"] for box in soup.select("#filters input")]
         assert filters == ["draft LM", "Medusa", "EAGLE", "parallel", "training-free"]
     assert best_row(list_drafters(registry, "toyworld:micro"))["model_name"] == "better"  # the highest served τ
+
+
+def test_the_served_speedup_names_its_engine_and_interval(registry):
+    column = [c.name for c in COLUMNS].index("served speed-up")
+    shown = {row["model_name"]: cells(row)[column] for row in read_index(registry)}
+    assert shown["better"] == "1.31× (1.20–1.40×) on vLLM 0.32.0"
+    assert shown["lookup"] == "–"  # never served
 
 
 def test_drafter_pages_show_figures_plots_served_check_snippets_provenance_files_and_card(registry):

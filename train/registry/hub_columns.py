@@ -33,6 +33,12 @@ def _speedup(row: dict) -> str:
     return speedup_text(row) + f" on {row.get('speed_device')}" + (" ⚠️" if row.get("speed_warnings") else "")
 
 
+def _served_speedup(row: dict) -> str:
+    """The engine's own speed-up (tokens/s with the drafter over without it, on the engine), naming the engine."""
+    served = _served(row)
+    return "–" if served.get("speedup") is None else f"{speedup_text(served)} on {served_engine(served)}"
+
+
 def _served_check(row: dict) -> str:
     served = _served(row)
     return "–" if not served else f"{served['verdict']} ({served_engine(served)})"
@@ -60,6 +66,7 @@ COLUMNS = (
     Column("τ", lambda r: _num(r["tau"]), lambda r: r["tau"]),
     Column("served τ", lambda r: served_tau_text(_served(r)), lambda r: _served(r).get("tau")),
     Column("speed-up (95% interval)", _speedup, lambda r: r.get("speedup")),
+    Column("served speed-up", _served_speedup, lambda r: _served(r).get("speedup")),
     Column("α", lambda r: _num(r.get("alpha")), lambda r: r.get("alpha")),
     Column("parameters", lambda r: f"{r['parameters'] / 1e6:.2f} M", lambda r: r["parameters"]),
     Column("training data", _training, lambda r: r.get("training_samples") or 0),

@@ -85,7 +85,8 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
             "tau": served["tau"],
             "ours_tau": (served.get("ours") or {}).get("tau"),  # ours counted as the engine counts
             "verdict": served["verdict"],
-            "speedup": served.get("speedup"),
+            "speedup": served.get("speedup"),  # tokens/s with the drafter over without, on the engine
+            "speedup_spread": served.get("speedup_spread"),
         },
         # the break-even concurrency of a load sweep (eval.serve_load), where one ran
         "serving_load": None if not ev.get("serving_load") else {"break_even": ev["serving_load"]["break_even"]},

@@ -143,17 +143,17 @@ def _changed_training(saved: dict, current: dict) -> list[str]:
     return out
 
 
-def find_dataset(config_hash: str, here: Path) -> Path | None:
-    """A complete distilled dataset with this distill hash in another run directory (runs/*/*/data, or a
-    sibling of this run), so that a trainer-only change does not distil again."""
-    from distill.run import read_manifest
+def find_dataset(config_hash: str, here: Path, data_cfg) -> Path | None:
+    """A complete distilled dataset with this distill hash (and data_cfg's prompt sets' bytes) in another run
+    directory (runs/*/*/data, or a sibling of this run), so that a trainer-only change does not distil again."""
+    from distill.run import changed_prompt_sets, read_manifest
 
     candidates = [*Path("runs").glob("*/*/data"), *here.parent.parent.glob("*/data")]
     for data in sorted(set(candidates)):
         if data.resolve() == here.resolve():
             continue
         manifest = read_manifest(data)
-        if manifest and manifest.get("config_hash") == config_hash:
+        if manifest and manifest.get("config_hash") == config_hash and not changed_prompt_sets(manifest, data_cfg):
             return data
     return None
 
