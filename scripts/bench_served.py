@@ -81,6 +81,14 @@ def fastest(rows: list[dict]) -> list[dict]:
     return [{k: r[k] for k in keys} for r in best.values()]
 
 
+def _line(r: dict) -> str:
+    return (
+        f"{r['kind']:>9} {r['engine']:>8} γ {r['gamma']} p-min {r['p_min']:g}: served τ {r['served_tau']:.3f} "
+        f"(ours {r['ours_tau']:.3f}, {r['tau_gap']:.1%} apart), outputs {r['equal_prompts']}, served speed-up "
+        f"{r['served_speedup'] or 0:.2f}× {r['served_interval']}, ours {r['ours_speedup']:.2f}× {r['ours_interval']}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--drafter", action="append", required=True, type=Path, help="an export directory (repeat)")
@@ -93,21 +101,13 @@ def main() -> int:
     parser.add_argument("--gammas", type=int, nargs="+", default=[None], help="γ values served (default: eval's)")
     parser.add_argument("--p-mins", type=float, nargs="+", default=[0.0], help="llama-server draft cuts (llama.cpp)")
     args = parser.parse_args()
-    rows = [
-        serve_once(d, engine, args, gamma, p_min)
-        for d in args.drafter
-        for engine in args.engines
-        for gamma in args.gammas
-        for p_min in (args.p_mins if engine == "llamacpp" else [0.0])
-    ]
-    for r in rows:
-        print(
-            f"{r['kind']:>9} {r['engine']:>8} γ {r['gamma']} p-min {r['p_min']:g}: served τ {r['served_tau']:.3f} "
-            f"(ours {r['ours_tau']:.3f}, "
-            f"{r['tau_gap']:.1%} apart), outputs {r['equal_prompts']}, served speed-up {r['served_speedup'] or 0:.2f}× "
-            f"{r['served_interval']}, ours {r['ours_speedup']:.2f}× {r['ours_interval']}",
-            file=sys.stderr,
-        )
+    rows = []
+    for d in args.drafter:
+        for engine in args.engines:
+            for gamma in args.gammas:
+                for p_min in args.p_mins if engine == "llamacpp" else [0.0]:
+                    rows.append(serve_once(d, engine, args, gamma, p_min))
+                    print(_line(rows[-1]), file=sys.stderr, flush=True)  # as measured: a long sweep shows progress
     print(json.dumps({"bench": "served", "rows": rows, "best": fastest(rows)}))
     return 0
 

@@ -37,7 +37,7 @@ from train.registry.site import SITE, site_is_stale, write_site
 
 INDEX = "index.json"
 LOCK_WAIT_SECONDS = 600.0  # a racing publish waits this long for the one ahead of it (copies can be large)
-ROW_FORMAT = 3  # rows of an older format are derived again from their version's drafthub.json by repair()
+ROW_FORMAT = 4  # rows of an older format are derived again from their version's drafthub.json by repair()
 
 
 def _slug(name: str) -> str:
@@ -86,7 +86,7 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
             "ours_tau": (served.get("ours") or {}).get("tau"),  # ours counted as the engine counts
             "verdict": served["verdict"],
             "speedup": served.get("speedup"),  # tokens/s with the drafter over without, on the engine
-            "speedup_spread": served.get("speedup_spread"),
+            "speedup_spread": _interval(served.get("speedup_spread")),
         },
         # the break-even concurrency of a load sweep (eval.serve_load), where one ran
         "serving_load": None if not ev.get("serving_load") else {"break_even": ev["serving_load"]["break_even"]},
@@ -100,6 +100,11 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
         "published": published,
         "verified": None,  # the re-measured figures (train/registry/claim_check.py), where the publish re-measured
     }
+
+
+def _interval(spread: Optional[dict]) -> Optional[dict]:
+    """A speed-up's 95% interval as a row keeps it (its per-prompt ratios stay in the version's drafthub.json)."""
+    return None if not spread else {k: spread[k] for k in ("low", "high", "level") if k in spread}
 
 
 def _files(version: Path) -> list[dict]:
