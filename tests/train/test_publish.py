@@ -159,6 +159,7 @@ def test_local_hub_round_trips_versions_and_lists_best_first(tmp_path, target, t
         "ours_tau": 2.5,  # drafthub's own, counted as vLLM counts: what the served τ stands beside
         "verdict": "ok",
         "speedup": None,  # that served check measured acceptance only
+        "speedup_spread": None,
     }
     assert "toyworld:micro" in (hub / "index.html").read_text()  # the site's front page (tests/train/test_hub_site.py)
     page = (hub / "site" / "toyworld--micro" / "index.html").read_text()  # the target's leaderboard
