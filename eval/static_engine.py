@@ -59,8 +59,10 @@ class StaticModel:
         self.forward_compiled = compiled
         self.compile_seconds = 0.0
         self.slots = torch.arange(max_len, device=device)
-        # allocate the cache now: compiling against an uninitialised one would recompile
-        self._forward(model, torch.zeros(1, 1, dtype=torch.long, device=device), 0)
+        # allocate the cache now: compiling against an uninitialised one would recompile. With features, eagerly
+        # asking for the hidden states also installs transformers' output-capturing hooks, which it does under a
+        # threading lock on the first such call: dynamo cannot trace that lock (seen on an H200, transformers 5.17)
+        self._forward(model, torch.zeros(1, 1, dtype=torch.long, device=device), 0, hidden_states=features)
         # Each (model, width) is one compiled graph of transformers' shared forward wrapper: a drafter and a
         # target over a γ sweep need more than dynamo's default of 8 per function.
         limit = 4 * len(self.widths) + 8

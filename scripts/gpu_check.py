@@ -94,7 +94,6 @@ def _train(recipe: str, run_dir: Path, device: str, quick: bool, serve: str | No
 def _cpu_tau(run_dir: Path, report: dict) -> float:
     """τ of the same export measured by `python -m eval` on the CPU in fp32, on the same prompts."""
     from distill.targets import resolve_target
-    from distill.targets.toyworld import toyworld_prompts
 
     s = report["settings"]
     out = run_dir / "eval_cpu"
@@ -104,7 +103,7 @@ def _cpu_tau(run_dir: Path, report: dict) -> float:
         "eval",
         f"drafter_dir={run_dir / 'drafter'}",
         f"target_path={resolve_target(report['target'])}",  # no publish stage ran: no drafthub.json names it
-        f"prompts={toyworld_prompts(report['target'], 'heldout')}",
+        *_prompt_args(report),
         f"out_dir={out}",
         "device=cpu",
         "record=false",
@@ -122,10 +121,30 @@ def _cpu_tau(run_dir: Path, report: dict) -> float:
     return json.loads((out / "eval_report.json").read_text())["tau"]
 
 
+def _prompt_args(report: dict) -> list[str]:
+    """`python -m eval`'s arguments for the prompts the pipeline's eval measured: the toy world's heldout file, or
+    the named set, file or dataset of `eval_prompts` (the main job's MT-Bench + HumanEval)."""
+    from distill.heldout import TOYWORLD
+    from distill.targets.toyworld import toyworld_prompts
+
+    src = report["prompts"]
+    if src["source"] == TOYWORLD:
+        return [f"prompts={toyworld_prompts(report['target'], 'heldout')}"]
+    if src["held_out_slice"]:
+        raise SystemExit(f"error: {src['what']} cannot be measured again apart from its run; set eval_prompts")
+    split = [f"split={src['split']}"] if src["split"] else []
+    column = [f"prompts_column={src['column']}"] if src["column"] else []
+    return [f"prompts={src['source']}", *split, *column]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
-    ap.add_argument("--recipes", default=",".join(RECIPES), help="comma-separated toy recipes (default: every family)")
+    ap.add_argument(
+        "--recipes",
+        default=",".join(RECIPES),
+        help="comma-separated recipes (default: every family's toy recipe; smollm2: the main job)",
+    )
     ap.add_argument("--quick", action="store_true", help="micro target, a few steps: checks the machinery only")
     ap.add_argument("--tolerance", type=float, default=0.10, help="allowed relative gap between device and CPU τ")
     ap.add_argument("--work-dir", type=Path, default=None, help="where the runs go (default: a temporary directory)")

@@ -60,3 +60,20 @@ def test_the_check_refuses_what_it_cannot_run_in_one_line(tmp_path):
     fake.chmod(0o755)
     r = _run("--no-install", env={"PYTHON": str(fake)})
     assert r.returncode == 2 and "torch is not installed" in r.stderr
+
+
+def test_the_cpu_remeasure_reads_the_prompts_the_pipeline_measured():
+    # the main job measures named sets (MT-Bench + HumanEval), not the toy world's file: the CPU re-measure must
+    # decode the same ones, and a held-out slice (drawn inside its run) is refused rather than replaced
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        from gpu_check import _prompt_args
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    named = {"source": "mt_bench+humaneval", "split": None, "held_out_slice": False, "what": "x", "column": None}
+    assert _prompt_args({"prompts": named, "target": "package:x"}) == ["prompts=mt_bench+humaneval"]
+    split = {**named, "source": "/d/prompts", "split": "test", "column": "question"}
+    assert _prompt_args({"prompts": split}) == ["prompts=/d/prompts", "split=test", "prompts_column=question"]
+    sliced = {**named, "source": "/d/p.jsonl", "held_out_slice": True, "what": "the 64 prompts of /d/p.jsonl"}
+    with pytest.raises(SystemExit, match="the 64 prompts of /d/p.jsonl cannot be measured again"):
+        _prompt_args({"prompts": sliced})

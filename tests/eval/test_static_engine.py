@@ -94,11 +94,15 @@ def test_a_drafter_reading_the_targets_features_decodes_compiled_as_on_the_dynam
     from tests.eval.dflash_fit import fit_dflash
 
     # its own copy of the target: a second static engine on a model another test compiled in this process read that
-    # engine's cache (transformers marks StaticCache tensors static, inductor's freezing folds them); eval builds one
+    # engine's cache (transformers marks StaticCache tensors static, inductor's freezing folds them); eval builds one.
+    # Fitting the drafter runs the target for its hidden states, which installs transformers' capturing hooks; the
+    # engine gets a fresh copy, as eval's freshly loaded target (the first such call, compiled, failed on a GPU).
+    fitted = AutoModelForCausalLM.from_pretrained(micro_world.target_dir).eval()
     target = AutoModelForCausalLM.from_pretrained(micro_world.target_dir).eval()
+    assert not getattr(target, "_output_capturing_hooks_installed", False)
 
     greedy, eos, vocab = SamplingParams(), {tokenizer.eos_token_id}, len(tokenizer)
-    proposer = DFlashProposer(fit_dflash(target, layer_ids=(1,)), vocab)  # layer 2 = N: read by a hook, not covered
+    proposer = DFlashProposer(fit_dflash(fitted, layer_ids=(1,)), vocab)  # layer 2 = N: read by a hook, not covered
     prompts = prompt_ids[:3]
     engine = choose_engine(
         "static", target, proposer, tree=None, batch_size=1, max_len=max(map(len, prompts)) + 48, widths=(1, 4)
