@@ -23,8 +23,8 @@ from distill.corpus_windows import conversation_text, corpus_examples
 from distill.device import default_device
 from distill.errors import DistillError
 from distill.heldout import heldout_indices, holdout_active
-from distill.inputs import file_digest, hub_commit, source_identity, target_identity
-from distill.prompt_sets import PROMPT_SETS, is_prompt_set
+from distill.inputs import hub_commit, source_identity, target_identity
+from distill.prompt_set_bytes import check_prompt_sets, prompt_set_digests
 from distill.prompts import load_conversations
 from distill.sampler import HFSampler
 from distill.shards import ShardWriter, load_distilled
@@ -81,30 +81,6 @@ def why_redistil(manifest: dict, target: TargetConfig, data: DataConfig) -> str:
     return "; ".join(reasons) or "other settings"
 
 
-def prompt_set_digests(data: DataConfig) -> dict[str, str]:
-    """The bytes behind each prompt set named among data's sources (`stdlib_code` is built from this Python's
-    standard library, so another Python builds other prompts). Not in the stage hash, which predates it: recorded
-    in the manifest and compared on reuse, as a Hub target's commit is."""
-    names = [n for s in (data.prompts, *(m.prompts for m in data.mix)) if is_prompt_set(s) for n in s.split("+")]
-    return {name: file_digest(PROMPT_SETS[name]()) for name in dict.fromkeys(names)}
-
-
-def changed_prompt_sets(manifest: dict, data: DataConfig) -> list[str]:
-    """The prompt sets named in data whose bytes differ from those the manifest's dataset was distilled from."""
-    before = manifest.get("prompt_sets") or {}  # none recorded: written before prompt sets were
-    return [name for name, digest in prompt_set_digests(data).items() if before.get(name) not in (None, digest)]
-
-
-def _check_prompt_sets(manifest: dict, data: DataConfig, out_dir: Path) -> None:
-    """A dataset distilled from a named prompt set's other bytes is not these settings' dataset."""
-    if changed := changed_prompt_sets(manifest, data):
-        raise DistillError(
-            f"{out_dir} was distilled from other prompts than {', '.join(changed)} gives now (a prompt set built from "
-            "another Python's standard library, or changed); give this run its own run_dir=PATH, or move that data/ "
-            "away to distil here"
-        )
-
-
 def read_manifest(data_dir: str | Path) -> dict | None:
     path = Path(data_dir) / MANIFEST
     return json.loads(path.read_text()) if path.exists() else None
@@ -123,7 +99,7 @@ def distill(
     digest = config_hash(target, data)
     manifest = read_manifest(out_dir)
     if manifest and manifest["config_hash"] == digest:
-        _check_prompt_sets(manifest, data, out_dir)
+        check_prompt_sets(manifest, data, out_dir)
         return manifest
     _check_settings(data)
     start = time.perf_counter()

@@ -146,7 +146,8 @@ def _changed_training(saved: dict, current: dict) -> list[str]:
 def find_dataset(config_hash: str, here: Path, data_cfg) -> Path | None:
     """A complete distilled dataset with this distill hash (and data_cfg's prompt sets' bytes) in another run
     directory (runs/*/*/data, or a sibling of this run), so that a trainer-only change does not distil again."""
-    from distill.run import changed_prompt_sets, read_manifest
+    from distill.prompt_set_bytes import changed_prompt_sets
+    from distill.run import read_manifest
 
     candidates = [*Path("runs").glob("*/*/data"), *here.parent.parent.glob("*/data")]
     for data in sorted(set(candidates)):
