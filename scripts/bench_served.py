@@ -85,8 +85,16 @@ def _line(r: dict) -> str:
     return (
         f"{r['kind']:>9} {r['engine']:>8} γ {r['gamma']} p-min {r['p_min']:g}: served τ {r['served_tau']:.3f} "
         f"(ours {r['ours_tau']:.3f}, {r['tau_gap']:.1%} apart), outputs {r['equal_prompts']}, served speed-up "
-        f"{r['served_speedup'] or 0:.2f}× {r['served_interval']}, ours {r['ours_speedup']:.2f}× {r['ours_interval']}"
+        f"{_ratio(r['served_speedup'], r['served_interval'])}, ours {_ratio(r['ours_speedup'], r['ours_interval'])}"
     )
+
+
+def _ratio(speedup: float | None, interval: list) -> str:
+    """1.30× (1.17–1.46×), or why there is none (the engine's speed not timed for this method)."""
+    if speedup is None:
+        return "not timed"
+    low, high = interval
+    return f"{speedup:.2f}×" + (f" ({low:.2f}–{high:.2f}×)" if low is not None and high is not None else "")
 
 
 def main() -> int:
