@@ -99,6 +99,7 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> di
             for workload, overrides in workloads.items()
         },
         "served_check": serve,  # the engine (falsy: none)
+        "served_check_reason": None if serve else _why_not_served(cfg.bakeoff.serve),
         "settings": OmegaConf.to_container(dict_config.eval, resolve=True),
     }
     write_comparison(root / OUT, comparison)
@@ -110,6 +111,11 @@ def bakeoff_engine(setting: str) -> Optional[str]:
     if setting == "auto":
         return "vllm" if missing_reason("vllm") is None else None
     return None if setting == "off" else setting
+
+
+def _why_not_served(setting: str) -> str:
+    """Why the bake-off ran no served check, for its table's readers."""
+    return "bakeoff.serve=off" if setting == "off" else missing_reason("vllm") or f"bakeoff.serve={setting}"
 
 
 def _link_shared(run_dir: Path, root: Path, name: str, first: bool) -> None:
@@ -313,6 +319,8 @@ def _not_served(row: dict, engine: str) -> str:
 def render_markdown(comparison: dict) -> str:
     served = comparison["served_check"]
     s = comparison["settings"]
+    # comparisons written before the reason was recorded: either
+    why_not = comparison.get("served_check_reason") or "vLLM not installed, or bakeoff.serve=off"
     lines = [
         "# Drafter bake-off",
         "",
@@ -322,7 +330,7 @@ def render_markdown(comparison: dict) -> str:
         + (
             f" Served τ: {ENGINE_NAMES.get(_engine(served))} serving each export (1 + accepted drafts per step)."
             if served
-            else " No served check (vLLM not installed, or bakeoff.serve=off)."
+            else f" No served check ({why_not})."
         )
         + _training_spread(next(iter(comparison["workloads"].values()))["contenders"]),
     ]

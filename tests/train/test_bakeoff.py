@@ -119,6 +119,11 @@ def test_the_verdict_says_whether_training_paid_off_against_the_best_free_conten
     assert "**Training paid off here:** the best trained drafter, `toy` (1.30×, τ 2.80)" in text
     assert "The trained contenders trained 1.0–1.0 min each (the `training` column)." in text  # equal time, stated
     assert "**Training did not pay off here:** the best free contender, `toy_suffix` (2.60×, τ 4.00), is 2.00×" in text
+    assert "No served check (vLLM not installed, or bakeoff.serve=off)." in text  # a comparison without the reason
+    fresh = {"contenders": rows[:3], "recommended": None, "free_vs_trained": None, "overrides": []}
+    reason = {"served_check": None, "served_check_reason": "bakeoff.serve=off", "settings": settings}
+    text = render_markdown({"workloads": {"fresh": fresh}, **reason})
+    assert "No served check (bakeoff.serve=off)." in text  # which of the two, where recorded
 
 
 @pytest.mark.slow
