@@ -45,26 +45,68 @@ def answered(messages: list[dict], text: str) -> list[dict]:
 
 def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
     """Token ids of `messages` followed by the template's assistant generation prompt."""
-    return list(
-        tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)[
-            "input_ids"
-        ]
-    )
+    return _encode(tokenizer, messages, add_generation_prompt=True)
 
 
 def encode_chat(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
-    """Token ids of a whole conversation and its assistant mask (1 on assistant-written tokens).
+    """Token ids of a whole conversation and its assistant mask (1 on assistant-written tokens: each answer's content
+    and its end-of-turn token).
 
-    The mask comes from the template's `{% generation %}` markers, so it covers exactly what the
-    template marks as the assistant's (its content and end-of-turn token).
+    From the template's `{% generation %}` markers where it has them. Templates without (ChatML as SmolLM2 and Qwen
+    ship it, Llama 3's) get it from the rendered text: each answer is what the conversation up to it adds after the
+    generation prompt before it, cut after its end-of-turn token.
     """
-    if "{% generation %}" not in (tokenizer.chat_template or "").replace("{%- generation %}", "{% generation %}"):
-        raise DistillError(
-            "the tokenizer's chat template has no {% generation %} markers, so assistant loss masks "
-            "can't be derived; set data.regenerate=true or use a template with generation markers"
+    if "{% generation %}" in (tokenizer.chat_template or "").replace("{%- generation %}", "{% generation %}"):
+        enc = tokenizer.apply_chat_template(
+            messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
         )
-    enc = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
-    return list(enc["input_ids"]), list(enc["assistant_masks"])
+        return list(enc["input_ids"]), list(enc["assistant_masks"])
+    return _mask_by_text(tokenizer, messages)
+
+
+def _mask_by_text(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
+    """encode_chat for a template without generation markers: the rendered conversation cut into the template's text
+    and each answer's (content through its end-of-turn token), tokenized piece by piece. The first answer's tokens
+    then follow exactly the prompt ids the target answers (encode_prompt), where tokenizing the whole text would
+    merge the generation prompt's last newline into the answer (SmolLM2's BPE does). Refused where the template
+    re-renders earlier turns as the conversation grows (no prefix to cut at)."""
+    text = _render(tokenizer, messages, add_generation_prompt=False)
+    pieces, at = [], 0  # (text, is the answer's)
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        before = _render(tokenizer, messages[:i], add_generation_prompt=True)
+        upto = _render(tokenizer, messages[: i + 1], add_generation_prompt=False)
+        if not (text.startswith(before) and text.startswith(upto) and at <= len(before) <= len(upto)):
+            raise DistillError(
+                "the tokenizer's chat template has no {% generation %} markers and renders earlier turns differently "
+                "as a conversation grows, so assistant loss masks can't be derived; set data.regenerate=true or use "
+                "a template with generation markers"
+            )
+        answer = upto[len(before) :]
+        eos = tokenizer.eos_token
+        if eos and eos in answer:  # the template's text after the end-of-turn token is not the answer's
+            answer = answer[: answer.rindex(eos) + len(eos)]
+        pieces += [(text[at : len(before)], 0), (answer, 1)]
+        at = len(before) + len(answer)
+    pieces.append((text[at:], 0))
+    ids, mask = [], []
+    for piece, is_answer in pieces:
+        tokens = tokenizer(piece, add_special_tokens=False)["input_ids"] if piece else []
+        ids += tokens
+        mask += [is_answer] * len(tokens)
+    return ids, mask
+
+
+def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
+
+
+def _encode(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+    enc = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=True
+    )
+    return list(enc["input_ids"])
 
 
 def tokenizer_hash(tokenizer) -> str:

@@ -152,3 +152,20 @@ def test_the_smollm2_bakeoff_gives_a_verdict_per_category_and_workload_at_tiny_s
     assert repeated["settings"]["num_prompts"] == 2 and repeated["settings"]["repeat_block"] == 1
     long = json.loads((run / "long_context" / "smollm2_suffix" / "eval" / "eval_report.json").read_text())
     assert long["prompts"]["source"] == "stdlib_files" and long["prompts"]["overlap"] == 0
+
+
+def test_smollm2s_template_masks_a_datasets_own_answer_as_the_targets_would_be(smollm2):
+    # SmolLM2's ChatML has no {% generation %} markers: a prompt-completion row kept with data.regenerate=false is
+    # masked by prefixes, exactly the tokens the target's own answer would take after the generation prompt
+    from distill.chat import encode_chat, encode_prompt
+    from distill.config import TargetConfig
+    from distill.target import load_tokenizer
+
+    tokenizer = load_tokenizer(TargetConfig(name_or_path="package:smollm2-135m-instruct"))
+    assert "generation %}" not in tokenizer.chat_template
+    messages = [{"role": "user", "content": "def add(a, b):"}, {"role": "assistant", "content": "    return a + b"}]
+    ids, mask = encode_chat(tokenizer, messages)
+    prompt = encode_prompt(tokenizer, messages[:1])
+    assert mask == [0] * len(prompt) + [1] * (len(ids) - len(prompt) - 1) + [0]  # the template's "\n" after it
+    assert ids[: len(prompt)] == prompt
+    assert tokenizer.decode([t for t, m in zip(ids, mask) if m]) == "    return a + b<|im_end|>"

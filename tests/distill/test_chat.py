@@ -1,4 +1,9 @@
+import copy
+
+import pytest
+
 from distill.chat import encode_chat, encode_prompt, prompt_messages
+from distill.errors import DistillError
 from distill.toyworld.tokenizer import ASSISTANT, END
 
 
@@ -29,3 +34,34 @@ def test_prompt_drops_the_last_assistant_turn_and_adds_the_generation_prompt(tok
     assert prompt_messages(messages) == messages[:1]
     ids = encode_prompt(tokenizer, prompt_messages(messages))
     assert tokenizer.decode(ids) == "<|user|>x = 1\n<|end|><|assistant|>"
+
+
+def _without_markers(template: str) -> str:
+    import re
+
+    return re.sub(r"{%-? ?(end)?generation ?-?%}", "", template)
+
+
+def test_a_template_without_generation_markers_masks_the_answers_as_the_markers_would(tokenizer):
+    # ChatML as SmolLM2, Qwen and Llama 3 ship it has no {% generation %} markers: a dataset's own answers
+    # (data.regenerate=false) get their mask by prefixes, equal to what the markers give
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "def add(a, b):\n"},
+        {"role": "assistant", "content": "    return a + b\n"},
+        {"role": "user", "content": "class A:\n"},
+        {"role": "assistant", "content": "    pass\n"},
+    ]
+    marked = encode_chat(tokenizer, messages)
+    plain = copy.copy(tokenizer)
+    plain.chat_template = _without_markers(tokenizer.chat_template)
+    assert "{% generation" not in plain.chat_template and "{%- generation" not in plain.chat_template
+    assert encode_chat(plain, messages) == marked
+
+
+def test_a_template_that_rerenders_earlier_turns_is_refused_in_one_line(tokenizer):
+    plain = copy.copy(tokenizer)
+    plain.chat_template = "{{ messages | length }}" + _without_markers(tokenizer.chat_template)
+    messages = [{"role": "user", "content": "x = 1\n"}, {"role": "assistant", "content": "y = 2\n"}]
+    with pytest.raises(DistillError, match="renders earlier turns differently .* set data.regenerate=true"):
+        encode_chat(plain, messages)
