@@ -6,15 +6,18 @@ from distill.chat import encode_chat, encode_prompt, prompt_messages
 from distill.errors import DistillError
 from distill.toyworld.tokenizer import ASSISTANT, END
 
+# a conversation with a system turn and two answers, each answer's mask checked
+TWO_ANSWERS = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": "def add(a, b):\n"},
+    {"role": "assistant", "content": "    return a + b\n"},
+    {"role": "user", "content": "class A:\n"},
+    {"role": "assistant", "content": "    pass\n"},
+]
+
 
 def test_assistant_mask_covers_exactly_the_assistant_spans(tokenizer):
-    messages = [
-        {"role": "system", "content": "be brief"},
-        {"role": "user", "content": "def add(a, b):\n"},
-        {"role": "assistant", "content": "    return a + b\n"},
-        {"role": "user", "content": "class A:\n"},
-        {"role": "assistant", "content": "    pass\n"},
-    ]
+    messages = TWO_ANSWERS
     ids, mask = encode_chat(tokenizer, messages)
     assert len(ids) == len(mask)
     # Rebuild the expected mask from the pieces: 1 exactly on each assistant content + its end token.
@@ -44,14 +47,8 @@ def _without_markers(template: str) -> str:
 
 def test_a_template_without_generation_markers_masks_the_answers_as_the_markers_would(tokenizer):
     # ChatML as SmolLM2, Qwen and Llama 3 ship it has no {% generation %} markers: a dataset's own answers
-    # (data.regenerate=false) get their mask by prefixes, equal to what the markers give
-    messages = [
-        {"role": "system", "content": "be brief"},
-        {"role": "user", "content": "def add(a, b):\n"},
-        {"role": "assistant", "content": "    return a + b\n"},
-        {"role": "user", "content": "class A:\n"},
-        {"role": "assistant", "content": "    pass\n"},
-    ]
+    # (data.regenerate=false) get their mask from the rendered text, equal to what the markers give
+    messages = TWO_ANSWERS
     marked = encode_chat(tokenizer, messages)
     plain = copy.copy(tokenizer)
     plain.chat_template = _without_markers(tokenizer.chat_template)
