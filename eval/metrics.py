@@ -105,8 +105,10 @@ def decode_figures(tally: Tally, ar: Tally, depth: int, is_chain: bool) -> dict:
             "draft": draft_per_step,
             "target_forward": target_per_forward,
             "verify_and_cache": s.verify_seconds / s.target_forwards,
+            # the prompts' forward, which plain decoding pays too: it bounds the speed-up of short answers
+            "prefill": s.prefill_seconds / s.target_forwards,
             "other": tally.seconds / s.target_forwards
-            - (s.draft_seconds + s.target_seconds + s.verify_seconds) / s.target_forwards,
+            - (s.draft_seconds + s.target_seconds + s.verify_seconds + s.prefill_seconds) / s.target_forwards,
         },
         "steps": summary["steps"],
         # vLLM's spec-decode counters, counted the same way (a step with no draft token is no draft):

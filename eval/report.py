@@ -166,6 +166,15 @@ def _fmt(x, spec=".3f"):
     return "–" if x is None else format(x, spec)
 
 
+def _prefill_text(ms: dict) -> str:
+    """The step's rest: the prompts' forward (apart where the report measured it) and the loop."""
+    if "prefill" not in ms:  # a report from before prefill was timed apart
+        return f"other (prefill, loop) {ms['other']:.2f} ms"
+    share = ms["prefill"] / sum(ms.values())
+    prefill = f"prefill {ms['prefill']:.2f} ms ({share:.0%} of the time; plain decoding pays it too)"
+    return f"{prefill}, loop {ms['other']:.2f} ms"
+
+
 def render_markdown(r: dict) -> str:
     s = r["settings"]
     if s["tree"] == "drafter":
@@ -180,7 +189,7 @@ def render_markdown(r: dict) -> str:
     rows = "\n".join(f"| {i + 1} | {a:.3f} |" for i, a in enumerate(r["per_position_acceptance"]))
     best_gamma = _fmt(r["recommended_num_speculative_tokens"], "d")
     warnings = "".join(f"\n\n> ⚠️ {w}" for w in speed_warnings(r))
-    ms = {k: r["seconds_per_step"][k] * 1e3 for k in ("draft", "target_forward", "verify_and_cache", "other")}
+    ms = {k: v * 1e3 for k, v in r["seconds_per_step"].items()}
     text = f"""# Speculative decoding report
 
 Drafter `{r["drafter"]}` ({r["kind"]}) on target `{r["target"]}`; {s["num_prompts"]} prompts,
@@ -206,7 +215,7 @@ between its two runs of each prompt (median).{warnings}
 
 Time per step: draft {ms["draft"]:.2f} ms in {r["draft_forwards_per_step"]:.2f} drafter forwards,
 target forward {ms["target_forward"]:.2f} ms, accept/reject and cache {ms["verify_and_cache"]:.2f} ms,
-other (prefill, loop) {ms["other"]:.2f} ms.
+{_prefill_text(ms)}.
 
 ## Per-position acceptance
 Share of steps that accepted at least i draft tokens.

@@ -32,6 +32,7 @@ class DecodeStats:
     target_forwards: int = 0  # verification forwards (one per step, whatever the batch size)
     draft_forwards: int = 0  # drafter forward passes (γ per step for sequential chains, 1 for parallel drafters)
     proposed_tokens: int = 0  # draft nodes per row and step (γ for a chain); ragged rows: the longest real draft
+    prefill_seconds: float = 0.0  # the prompts' forward and the drafter's catch-up on them: a cost both sides pay
 
     def add(self, other: "DecodeStats") -> None:
         """Accumulate another decode's counts and timings into this one."""
@@ -232,7 +233,9 @@ def speculative_generate(
     device = next(target.parameters()).device
     stats, cache = DecodeStats(), engine.cache(target, len(prompts), device)
     proposer.reset(len(prompts), device)
+    started = _now(device)
     _prefill(target, cache, proposer, prompts)
+    stats.prefill_seconds += _now(device) - started
     sequences = [list(p) for p in prompts]
     generated = [[] for _ in prompts]
     done = [False] * len(prompts)

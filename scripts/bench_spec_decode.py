@@ -205,6 +205,7 @@ def main() -> None:
                     "draft": round(per_step["draft"] * 1e3, 2),
                     "target_verify_forward": round(per_step["target_forward"] * 1e3, 2),
                     "accept_and_cache": round(per_step["verify_and_cache"] * 1e3, 2),
+                    "prefill": round(per_step["prefill"] * 1e3, 2),
                     "other": round(per_step["other"] * 1e3, 2),
                 },
                 "ms_per_autoregressive_token": round(

@@ -3,11 +3,15 @@
 
 import json
 
+import pytest
+
 from eval.config import EvalConfig
 from eval.measure import batch_bounds
+from eval.metrics import Tally, decode_figures
 from eval.proposers.draft_lm import DraftLMProposer
 from eval.report import read_samples, render_markdown
 from eval.run import evaluate
+from eval.speculative import DecodeStats
 
 COUNTERS = ("steps", "drafting_steps", "proposed_draft_tokens", "accepted_draft_tokens")
 
@@ -48,10 +52,23 @@ def test_per_category_figures_sum_to_the_totals(tmp_path, target, weak_draft, to
             and c["alpha"] == c["accepted_draft_tokens"] / c["proposed_draft_tokens"]
         )
         assert c["speedup_spread"]["low"] <= c["speedup"] <= c["speedup_spread"]["high"]  # its point, inside
-    assert "| qa | 3 |" in render_markdown(report)
+    assert report["seconds_per_step"]["prefill"] > 0  # timed apart from the loop
+    assert "| qa | 3 |" in render_markdown(report) and "plain decoding pays it too" in render_markdown(report)
     assert json.loads((tmp_path / "eval_report.json").read_text())["categories"] == per
     plain = evaluate(target, proposer, prompt_ids[:2], cfg, eos, len(tokenizer), names, progress=False)
     assert plain["categories"] == {} and "Per category" not in render_markdown(plain)
+
+
+def test_the_step_time_parts_add_up_to_the_wall_time():
+    """Drafting, the target's forward, accept/cache, the prompts' prefill and the loop's rest: each is its own
+    share of a step, so a report can say how much of a short answer's time no drafter can save."""
+    stats = DecodeStats(accept_counts=[1, 0, 2, 1], draft_seconds=1.0, target_seconds=2.0, verify_seconds=0.5)
+    stats.target_forwards, stats.proposed_tokens, stats.prefill_seconds = 4, 8, 1.5
+    per_step = decode_figures(Tally(stats, seconds=6.0, tokens=8), Tally(seconds=8.0, tokens=8), 2, True)[
+        "seconds_per_step"
+    ]
+    assert per_step["prefill"] == pytest.approx(1.5 / 4) and per_step["other"] == pytest.approx(1.0 / 4)
+    assert sum(per_step.values()) * 4 == pytest.approx(6.0)
 
 
 def test_benchmarks_named_by_their_categories_get_figures_of_their_own(target, weak_draft, tokenizer, prompt_ids):
