@@ -40,6 +40,51 @@ class Measurements:
     batch_stats: dict[int, list[DecodeStats]] = field(default_factory=dict)  # per γ, per batch
 
 
+@dataclass
+class _Decoding:
+    """One eval's two decoders, sharing the target, engine path, sampling settings and random generator."""
+
+    target: torch.nn.Module
+    proposer: Proposer
+    engine: Engine
+    cfg: EvalConfig
+    eos_ids: set[int]
+    vocab_size: int
+
+    def __post_init__(self):
+        cfg = self.cfg
+        self.params = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k)
+        self.acceptance = Acceptance(cfg.acceptance, cfg.typical_threshold, cfg.typical_alpha)
+        self.generator = torch.Generator(device=next(self.target.parameters()).device).manual_seed(cfg.seed)
+
+    def plain(self, batch: list[list[int]]) -> list[list[int]]:
+        return autoregressive_generate(
+            self.target,
+            batch,
+            self.cfg.max_new_tokens,
+            self.params,
+            eos_ids=self.eos_ids,
+            vocab_size=self.vocab_size,
+            generator=self.generator,
+            engine=self.engine,
+        )
+
+    def speculative(self, batch: list[list[int]], gamma: int) -> tuple[list[list[int]], DecodeStats]:
+        return speculative_generate(
+            self.target,
+            self.proposer,
+            batch,
+            self.cfg.max_new_tokens,
+            gamma,
+            self.params,
+            eos_ids=self.eos_ids,
+            vocab_size=self.vocab_size,
+            generator=self.generator,
+            acceptance=self.acceptance,
+            engine=self.engine,
+        )
+
+
 def measure(
     target,
     proposer: Proposer,
@@ -59,47 +104,14 @@ def measure(
     categories: per prompt (the first len(prompts) count), its category (None: none given); None = no categories.
     A batch ends where the category changes, so that each category's figures come from its own batches
     (build_report); the field's sets list theirs grouped."""
-    device = next(target.parameters()).device
-    params = SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k)
-    acceptance = Acceptance(cfg.acceptance, cfg.typical_threshold, cfg.typical_alpha)
-    generator = torch.Generator(device=device).manual_seed(cfg.seed)
-    depth = proposer.tree_depth
-
-    def run_ar(batch):
-        return autoregressive_generate(
-            target,
-            batch,
-            cfg.max_new_tokens,
-            params,
-            eos_ids=eos_ids,
-            vocab_size=vocab_size,
-            generator=generator,
-            engine=engine,
-        )
-
-    def run_spec(batch, gamma):
-        return speculative_generate(
-            target,
-            proposer,
-            batch,
-            cfg.max_new_tokens,
-            gamma,
-            params,
-            eos_ids=eos_ids,
-            vocab_size=vocab_size,
-            generator=generator,
-            acceptance=acceptance,
-            engine=engine,
-        )
-
+    decode = _Decoding(target, proposer, engine, cfg, eos_ids, vocab_size)
     # A proposer that learns across requests (suffix decoding) keeps one memory per workload: the warm-up
     # and each γ pass decode the same prompts, and must not draft from one another's outputs.
     proposer.begin_workload("warmup")
     for p in warmup:  # untimed
-        run_ar([p]), [run_spec([p], g) for g in gammas]
+        decode.plain([p]), [decode.speculative([p], g) for g in gammas]
 
-    ar = Tally()
-    spec = {g: Tally() for g in gammas}
+    ar, spec = Tally(), {g: Tally() for g in gammas}
     base_runs: tuple[list, list] = ([], [])
     spec_runs: dict[int, list] = {g: [] for g in gammas}  # per batch, (tokens, seconds) at γ
     batch_stats: dict[int, list[DecodeStats]] = {g: [] for g in gammas}
@@ -112,26 +124,43 @@ def measure(
             if repeat:
                 for g in gammas:
                     proposer.begin_workload(f"gamma={g}")
-                    t0 = time.perf_counter()
-                    out, stats = run_spec(batch, g)
-                    spec_runs[g].append((sum(map(len, out)), time.perf_counter() - t0))
+                    (out, stats), seconds = _timed(decode.speculative, batch, g)
+                    spec_runs[g].append((sum(map(len, out)), seconds))
                     spec[g].stats.add(stats)
                     batch_stats[g].append(stats)
                     spec[g].equal_rows += sum(o == a for o, a in zip(out, ar.outputs[start:]))
                     spec[g].outputs += out
-                    bar.set_postfix_str(f"γ={g}" if depth is None else "tree", refresh=False)
+                    bar.set_postfix_str(f"γ={g}" if proposer.tree_depth is None else "tree", refresh=False)
                     bar.update(len(batch))
-            t0 = time.perf_counter()
-            ar_out = run_ar(batch)
-            base_runs[repeat].append((sum(map(len, ar_out)), time.perf_counter() - t0))
+            ar_out, seconds = _timed(decode.plain, batch)
+            base_runs[repeat].append((sum(map(len, ar_out)), seconds))
             if not repeat:
                 ar.outputs += ar_out
             bar.update(len(batch))
     bar.close()
     spreads = _totals(ar, spec, base_runs, spec_runs)
+    device = next(target.parameters()).device
     return Measurements(
-        prompts, gammas, depth, ar, spec, base_runs, spreads, device, categories, batches, spec_runs, batch_stats
+        prompts,
+        gammas,
+        proposer.tree_depth,
+        ar,
+        spec,
+        base_runs,
+        spreads,
+        device,
+        categories,
+        batches,
+        spec_runs,
+        batch_stats,
     )
+
+
+def _timed(decode, *args):
+    """What one decode returns, and the wall seconds it took."""
+    started = time.perf_counter()
+    out = decode(*args)
+    return out, time.perf_counter() - started
 
 
 def batch_bounds(categories: list[Optional[str]], batch_size: int) -> list[tuple[int, int]]:
