@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from eval import machine
+
 ANSWERS = {"target": "data.regenerate=true", "dataset": "data.regenerate=false"}  # run name → who wrote the answers
 GOAL = 1.2  # P4: the target's answers ≥ 1.2× τ over anyone else's
 
@@ -87,12 +89,14 @@ def main(argv: list[str] | None = None, launch: Callable = python_m_train) -> di
     parser.add_argument("--steps", type=int, default=0, help="optimizer steps of both runs (0: the recipe's)")
     parser.add_argument("--override", action="append", default=[], help="a Hydra override for both runs (repeat)")
     args = parser.parse_args(argv)
+    machine.announce()  # this machine's class and speed, beside every figure below
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     shared = run_overrides(args)
     runs = {name: train_run(out, name, shared + [answers], launch) for name, answers in ANSWERS.items()}
     line = {"bench": "answer_source", "recipe": args.recipe, "prompts": args.prompts, "eval_prompts": args.eval_prompts}
     line |= {"runs": runs} | verdict(runs)
+    line = machine.with_machine(line)  # the machine the times were taken on, beside the reference machine
     print(json.dumps(line))
     return line
 

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from eval import machine
+
 RECIPES = {"toy_dflash": "DFlash", "toy_dspark": "DSpark", "toy_dflash2": "DFlash2"}
 REPO = Path(__file__).resolve().parents[1]
 
@@ -144,6 +146,7 @@ def main() -> None:
     parser.add_argument("--serve", default="llamacpp", help="engine serving each export ('' = none)")
     parser.add_argument("--thresholds", type=float, nargs="+", default=[0.2, 0.35, 0.5])
     args = parser.parse_args()
+    machine.announce()  # this machine's class and speed, beside every figure below
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     rows = {label: _train(args.out, recipe, args) for recipe, label in RECIPES.items()}
@@ -165,6 +168,7 @@ def main() -> None:
         "best_fixed_gamma": {"gamma": best_fixed[0], "tau": best_fixed[1][0], "speedup": best_fixed[1][1]},
         "seconds": round(time.perf_counter() - t0, 1),
     }
+    result = machine.with_machine(result)
     (args.out / "result.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
 

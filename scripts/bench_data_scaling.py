@@ -27,6 +27,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from eval import machine
+
 FAMILIES = {  # recipe → label; the parallel drafters are listed too (--families picks)
     "toy": "draft LM",
     "toy_medusa": "Medusa",
@@ -170,6 +172,7 @@ def main() -> None:
         help="a Hydra override for every run, e.g. trainer.max_seq_len=1024 (repeat it for more)",
     )
     args = parser.parse_args()
+    machine.announce()  # this machine's class and speed, beside every figure below
     sizes, out = sorted(args.sizes), args.out.resolve()
     temperature = args.temperature
     SETTINGS[:] = [
@@ -284,6 +287,7 @@ def main() -> None:
         "plot": str(out / "data_scaling.png"),
         "seconds": round(time.perf_counter() - t0, 1),
     }
+    result = machine.with_machine(result)
     (out / "data_scaling.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
 

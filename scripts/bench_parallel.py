@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from eval import machine
+
 
 def _contender(text: str) -> tuple[str, Path, int]:
     name, _, rest = text.partition("=")
@@ -38,6 +40,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
+    machine.announce()  # this machine's class and speed, beside every figure below
 
     from distill.config import TargetConfig
     from distill.prompts import load_conversations
@@ -116,14 +119,16 @@ def main() -> None:
         goals["dflash_tau_over_eagle3"] = round(tau_of["dflash"] / tau_of["eagle3"], 3)
     print(
         json.dumps(
-            {
-                "drafters": results,
-                "goals": goals,
-                "ms_per_autoregressive_token": round(ar.seconds / ar.tokens * 1e3, 2),
-                "prompts": len(prompts) - 2,
-                "max_new_tokens": args.max_new_tokens,
-                "threads": args.threads,
-            }
+            machine.with_machine(
+                {
+                    "drafters": results,
+                    "goals": goals,
+                    "ms_per_autoregressive_token": round(ar.seconds / ar.tokens * 1e3, 2),
+                    "prompts": len(prompts) - 2,
+                    "max_new_tokens": args.max_new_tokens,
+                    "threads": args.threads,
+                }
+            )
         )
     )
 

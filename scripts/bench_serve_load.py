@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from eval import machine
+
 GOAL_C1_GAP = 0.15  # served speed-up at concurrency 1 within this of the offline served speed-up
 
 
@@ -109,6 +111,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--out", type=Path, required=True, help="a new directory: each drafter's copy and report")
     args = parser.parse_args()
+    machine.announce()  # this machine's class and speed, beside every figure below
     t0 = time.perf_counter()
     if args.out.exists():
         raise SystemExit(f"--out {args.out} exists; give a new directory (nothing measured is overwritten)")
@@ -117,7 +120,13 @@ def main() -> None:
         if not drafters:
             raise SystemExit("give at least one --drafter or --ngram")
         results = [measure(d, args, f"{i}-{_kind(d)}") for i, d in enumerate(drafters)]
-    print(json.dumps({"drafters": results, "levels": args.levels, "wall_seconds": round(time.perf_counter() - t0, 1)}))
+    print(
+        json.dumps(
+            machine.with_machine(
+                {"drafters": results, "levels": args.levels, "wall_seconds": round(time.perf_counter() - t0, 1)}
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from eval import machine
+
 
 def serve_once(drafter: Path, engine: str, args, gamma: int | None = None, p_min: float = 0.0) -> dict:
     """One `python -m eval` with the served check on `engine` (at γ and llama-server's draft cut p_min, where
@@ -109,6 +111,7 @@ def main() -> int:
     parser.add_argument("--gammas", type=int, nargs="+", default=[None], help="γ values served (default: eval's)")
     parser.add_argument("--p-mins", type=float, nargs="+", default=[0.0], help="llama-server draft cuts (llama.cpp)")
     args = parser.parse_args()
+    machine.announce()  # this machine's class and speed, beside every figure below
     rows = []
     for d in args.drafter:
         for engine in args.engines:
@@ -116,7 +119,7 @@ def main() -> int:
                 for p_min in args.p_mins if engine == "llamacpp" else [0.0]:
                     rows.append(serve_once(d, engine, args, gamma, p_min))
                     print(_line(rows[-1]), file=sys.stderr, flush=True)  # as measured: a long sweep shows progress
-    print(json.dumps({"bench": "served", "rows": rows, "best": fastest(rows)}))
+    print(json.dumps(machine.with_machine({"bench": "served", "rows": rows, "best": fastest(rows)})))
     return 0
 
 

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import torch
 
+from eval import machine
+
 
 def _newest_toy_drafter() -> Path | None:
     found = sorted(Path("runs/toy").glob("*/drafter/drafthub.json"))
@@ -86,6 +88,7 @@ def main() -> None:
         "--engine", choices=["static", "dynamic"], default="static", help="our engine path for (a), (b)"
     )
     args = parser.parse_args()
+    machine.announce()  # this machine's class and speed, beside every figure below
 
     from transformers import AutoModelForCausalLM
 
@@ -190,33 +193,35 @@ def main() -> None:
     per_step = fig["seconds_per_step"]
     print(
         json.dumps(
-            {
-                "tokens_per_second": {k: round(v, 1) for k, v in tps.items()},
-                "speedup_b_over_a": round(fig["speedup"], 3),
-                "ratio_b_over_c": round(tps["ours_speculative"] / tps["hf_assisted"], 3),
-                "alpha": round(fig["alpha"], 3),
-                "tau": round(fig["tau"], 3),
-                "cost_ratio": round(fig["cost_ratio"], 3),
-                "predicted_speedup": round(fig["predicted_speedup"], 3),
-                "speedup_over_predicted": round(fig["speedup"] / fig["predicted_speedup"], 3),
-                "predicted_speedup_from_tau": round(fig["predicted_speedup_from_tau"], 3),
-                "identical_tokens": identical,
-                "ms_per_step": {
-                    "draft": round(per_step["draft"] * 1e3, 2),
-                    "target_verify_forward": round(per_step["target_forward"] * 1e3, 2),
-                    "accept_and_cache": round(per_step["verify_and_cache"] * 1e3, 2),
-                    "prefill": round(per_step["prefill"] * 1e3, 2),
-                    "other": round(per_step["other"] * 1e3, 2),
-                },
-                "ms_per_autoregressive_token": round(
-                    tallies["ours_autoregressive"].seconds / tallies["ours_autoregressive"].tokens * 1e3, 2
-                ),
-                "gamma": args.gamma,
-                "engine": engine.describe(),
-                "prompts": len(prompts) - 2,
-                "max_new_tokens": args.max_new_tokens,
-                "threads": args.threads,
-            }
+            machine.with_machine(
+                {
+                    "tokens_per_second": {k: round(v, 1) for k, v in tps.items()},
+                    "speedup_b_over_a": round(fig["speedup"], 3),
+                    "ratio_b_over_c": round(tps["ours_speculative"] / tps["hf_assisted"], 3),
+                    "alpha": round(fig["alpha"], 3),
+                    "tau": round(fig["tau"], 3),
+                    "cost_ratio": round(fig["cost_ratio"], 3),
+                    "predicted_speedup": round(fig["predicted_speedup"], 3),
+                    "speedup_over_predicted": round(fig["speedup"] / fig["predicted_speedup"], 3),
+                    "predicted_speedup_from_tau": round(fig["predicted_speedup_from_tau"], 3),
+                    "identical_tokens": identical,
+                    "ms_per_step": {
+                        "draft": round(per_step["draft"] * 1e3, 2),
+                        "target_verify_forward": round(per_step["target_forward"] * 1e3, 2),
+                        "accept_and_cache": round(per_step["verify_and_cache"] * 1e3, 2),
+                        "prefill": round(per_step["prefill"] * 1e3, 2),
+                        "other": round(per_step["other"] * 1e3, 2),
+                    },
+                    "ms_per_autoregressive_token": round(
+                        tallies["ours_autoregressive"].seconds / tallies["ours_autoregressive"].tokens * 1e3, 2
+                    ),
+                    "gamma": args.gamma,
+                    "engine": engine.describe(),
+                    "prompts": len(prompts) - 2,
+                    "max_new_tokens": args.max_new_tokens,
+                    "threads": args.threads,
+                }
+            )
         )
     )
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from eval import machine
+
 KINDS = ("completion", "edit", "long_context", "multi_turn")
 
 
@@ -102,6 +104,7 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=32, help="per task kind")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     args = parser.parse_args()
+    machine.announce()  # this machine's class and speed, beside every figure below
 
     from distill.toyworld import SIZES, load_world
 
@@ -119,7 +122,7 @@ def main() -> None:
             for w in (args.world or ["toy"])
         ],
     }
-    print(json.dumps(result))
+    print(json.dumps(machine.with_machine(result)))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import json
 
 import torch
 
+from eval import machine
 from heads.eagle import Eagle3Drafter, EagleArch
 from heads.memory import saved_for_backward_bytes
 
@@ -28,6 +29,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=2048)
     ap.add_argument("--draft-vocab", type=int, default=1024)
     args = ap.parse_args()
+    machine.announce()  # this machine's class and speed, beside every figure below
     torch.manual_seed(0)
     H, T, B = args.hidden, args.seq_len, args.batch
     arch = EagleArch(
@@ -47,13 +49,21 @@ def main() -> None:
     saved = {n: saved_for_backward_bytes(lambda n=n: drafter(features, ids, mask, n)) for n in (1, 4, 7)}
     print(
         json.dumps(
-            {
-                "saved_bytes": saved,
-                "bytes_per_extra_step": [(saved[4] - saved[1]) / 3, (saved[7] - saved[4]) / 3],
-                "ratio_7_over_1": saved[7] / saved[1],
-                "unrolled_mask_bytes_n7": (7 * T) ** 2 * B * args.heads * 4,
-                "shape": {"batch": B, "seq_len": T, "hidden": H, "heads": args.heads, "draft_vocab": args.draft_vocab},
-            }
+            machine.with_machine(
+                {
+                    "saved_bytes": saved,
+                    "bytes_per_extra_step": [(saved[4] - saved[1]) / 3, (saved[7] - saved[4]) / 3],
+                    "ratio_7_over_1": saved[7] / saved[1],
+                    "unrolled_mask_bytes_n7": (7 * T) ** 2 * B * args.heads * 4,
+                    "shape": {
+                        "batch": B,
+                        "seq_len": T,
+                        "hidden": H,
+                        "heads": args.heads,
+                        "draft_vocab": args.draft_vocab,
+                    },
+                }
+            )
         )
     )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
+from eval import machine
 from tests.cli_runs import run_app
 from tests.conftest import REPO
 
@@ -47,3 +48,4 @@ def test_the_target_and_the_dataset_answer_the_same_prompts_at_equal_steps(tmp_p
     runs = line["runs"]
     assert line["target_vs_dataset_tau"] == round(runs["target"]["tau"] / runs["dataset"]["tau"], 3)
     assert line["met"] == (line["target_vs_dataset_tau"] >= 1.2) and runs["dataset"]["samples"] == 8
+    assert line["machine"]["speed"] > 0 and line["machine"]["reference"]["name"] == machine.REFERENCE.name

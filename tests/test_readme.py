@@ -293,3 +293,19 @@ def test_links_land(doc):
         elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
             broken.append(target)
     assert not broken, f"{doc.relative_to(REPO)}: broken links {broken}"
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    """.ci/run runs the README's test command one timed step a line (installs, build and checks timed apart): the
+    steps joined by && are that command, word for word."""
+    ci_steps = re.findall(r"^step \w+ (.+)$", (REPO / ".ci" / "run").read_text(), flags=re.M)
+    readme_tests = [
+        line
+        for info, body in _fenced_blocks(README.read_text())
+        if info == "bash"
+        for line in _shell_lines(body)
+        if line.rstrip().endswith("python -m pytest -q")
+    ]
+    assert len(readme_tests) == 1, readme_tests
+    first = ci_steps.index("pip install torch==2.13.0")  # the steps before it build the virtualenv
+    assert " && ".join(ci_steps[first:]) == readme_tests[0].strip()

@@ -52,8 +52,10 @@ def build_accelerator(cfg: TrainerConfig, project_dir: Path) -> Accelerator:
         plugin.gradient_accumulation_steps = cfg.grad_accum
         # the drafter is gathered whole for its export and best checkpoint, whatever the user's DeepSpeed config says
         plugin.deepspeed_config.setdefault("zero_optimization", {})["stage3_gather_16bit_weights_on_model_save"] = True
+    precision = mixed_precision(cfg.mixed_precision)
+    _forget_another_precision(precision)
     accelerator = Accelerator(
-        mixed_precision=mixed_precision(cfg.mixed_precision),
+        mixed_precision=precision,
         # a plugin, not the int, so a launcher's ACCELERATE_GRADIENT_ACCUMULATION_STEPS cannot override the recipe
         gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=cfg.grad_accum),
         log_with=list(cfg.log_with) or None,
@@ -70,6 +72,18 @@ def build_accelerator(cfg: TrainerConfig, project_dir: Path) -> Accelerator:
             cfg.batch_size // accelerator.num_processes
         )
     return accelerator
+
+
+def _forget_another_precision(precision: str) -> None:
+    """accelerate keeps one AcceleratorState per process and refuses a second Accelerator with another mixed
+    precision. One process may train several drafters in turn (the bake-off, a notebook, the tests), and on a device
+    with native bf16 `native` gives bf16 where another recipe says no: a single-process run starts from a fresh state.
+    A launched job builds one Accelerator per process and is left alone."""
+    from accelerate.state import AcceleratorState
+
+    held = AcceleratorState._shared_state.get("_mixed_precision")
+    if launched_processes() == 1 and held is not None and held != precision:
+        AcceleratorState._reset_state()  # accelerate's own tests reset it so between runs in one process
 
 
 def _deepspeed_plugin_from_env():
