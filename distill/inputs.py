@@ -9,19 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
+from heads.cache import cache_root
 from heads.formats.staging import atomic_write_text
 
 _CACHE_NAME = "file-digests.json"
 _WEIGHT_FILES = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json")
-
-
-def cache_root() -> Path:
-    """Where drafthub keeps what it builds once per machine: toy worlds, converted targets, file digests."""
-    return Path(os.environ.get("DRAFTHUB_CACHE", Path.home() / ".cache" / "drafthub"))
 
 
 def _cache_path() -> Path:

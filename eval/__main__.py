@@ -5,7 +5,9 @@ drafter's drafthub.json unless given) and writes eval_report.json, eval_samples.
 the drafter directory is written only with record=true. Prompts are read as distillation reads them
 (distill/prompts.py: JSONL, JSON, parquet, dataset directories, Hub names; messages, ShareGPT, turns, prompt) and
 templated exactly as the pipeline's eval stage templates them (eval/prompts.py): a `turns` row is measured turn by
-turn, each turn's prompt holding the target's own answers to the turns before.
+turn, each turn's prompt holding the target's own answers to the turns before. A drafter with a card
+(drafthub.json) is measured at the γ its card serves, without a sweep, unless eval.num_speculative_tokens or
+eval.gamma_sweep is given.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Optional
 
 import hydra
 from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, OmegaConf
 
 from conf.cli import explained, run_cli
@@ -196,6 +199,25 @@ def _summarize(report: dict) -> None:
         sys.exit(3)
 
 
+def _at_the_cards_gamma(settings: EvalConfig, drafter: Path, overrides: list[str]) -> None:
+    """A published drafter is measured at the γ its card serves, one γ, unless the command line sets γ or a sweep:
+    a figure beside the card's must be the same measurement (the sweep stays available as eval.gamma_sweep=[…])."""
+    from heads.families import serving_gamma
+
+    provenance = _provenance(drafter)
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    if "kind" not in provenance or "eval" not in provenance:
+        return
+    if "eval.num_speculative_tokens" not in given:
+        settings.num_speculative_tokens = serving_gamma(provenance)
+        print(
+            f"γ {settings.num_speculative_tokens}: the γ {drafter}'s card serves (eval.num_speculative_tokens=N "
+            "measures another)"
+        )
+    if "eval.gamma_sweep" not in given:
+        settings.gamma_sweep = []
+
+
 def _check_out_dir(out_dir: Path, drafter: Path) -> None:
     """The report never lands in the export: its eval_samples.jsonl and speculation_profile.json are the export's own
     (what the publish gate checks), and only record=true may change them."""
@@ -227,6 +249,7 @@ def main(cfg) -> None:
         drafter = Path(app.drafter_dir)
         if not drafter.is_dir():
             raise EvalError(f"drafter_dir={drafter} is not a directory; pass an exported drafter directory")
+        _at_the_cards_gamma(app.eval, drafter, HydraConfig.get().overrides.task)
         _check_out_dir(Path(app.out_dir), drafter)
         rows = read_prompts(app.prompts, app.split, column=app.prompts_column, prompts_key="prompts", split_key="split")
         rows = rows.across_categories()  # as the pipeline's eval takes them: every category within eval.num_prompts

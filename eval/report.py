@@ -202,8 +202,9 @@ acceptance: {r["acceptance_rule"]}.
 | α (draft acceptance rate) | {r["alpha"]:.3f} |
 | speedup vs our KV-cached autoregressive decoding (95% interval over prompts) | {speedup_text(r)} |
 | median per-prompt speedup | {_fmt((r.get("speedup_spread") or {}).get("median"))}× |
-| predicted speedup (Leviathan et al. 2023, from α and c) | {_fmt(r["predicted_speedup"])}× |
-| predicted speedup from the measured τ and c | {r["predicted_speedup_from_tau"]:.3f}× |
+| predicted speedup (Leviathan et al. 2023, from α, c and v) | {_fmt(r["predicted_speedup"])}× |
+| predicted speedup τ / (v + γ·c) from the measured τ | {r["predicted_speedup_from_tau"]:.3f}× |
+| verify cost v (a verification forward of γ + 1 tokens ÷ a plain step) | {_fmt(r.get("verify_cost"))} |
 | cost ratio c (drafter s/token ÷ target s/forward) | {r["cost_ratio"]:.3f} |
 | speculative tokens/s | {r["tokens_per_second"]["speculative"]:.1f} |
 | autoregressive tokens/s | {r["tokens_per_second"]["autoregressive"]:.1f} |

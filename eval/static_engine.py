@@ -33,8 +33,14 @@ from torch._inductor import config as inductor_config
 
 from eval.errors import EvalError
 from eval.kv_cache import SlotCache
+from heads.cache import use_compile_cache
 
 ENGINES = ("auto", "static", "dynamic")
+# What compiling one block width of a target costs on a CPU, roughly: inductor's freezing (the weights pre-packed into
+# the graph, what makes the compiled step 2-3x faster) bypasses its FX graph cache, so every run compiles and
+# autotunes again: SmolLM2-135M on 2 AVX-512 cores took 299 s for widths 1 and 5 with an empty cache and 195 s with
+# a warm one (without freezing 124 / 27 s, but no faster than eager). auto's estimate of whether compiling can pay.
+COMPILE_SECONDS_PER_WIDTH = 100.0
 
 
 class StaticModel:
@@ -55,6 +61,8 @@ class StaticModel:
         self.on_gpu = on_gpu = device.type == "cuda"
         mode = "reduce-overhead" if on_gpu else None
         self.inductor = {} if on_gpu else {"freezing": True, "max_autotune": True}  # set while compiling
+        if compile:
+            use_compile_cache()  # kernels kept between runs, keyed by torch and the CPU class
         compiled = torch.compile(model.forward, dynamic=False, fullgraph=True, mode=mode) if compile else None
         self.forward_compiled = compiled
         self.compile_seconds = 0.0
@@ -193,6 +201,8 @@ class Engine:
     max_len: int = 0
     widths: tuple[int, ...] = ()
     compile: bool = True
+    probe: bool = False  # auto on a CPU: the static path is kept only if `settle` measures it faster
+    measured: dict = field(default_factory=dict)  # the probe's figures (ms per plain step each way), for the report
     _models: dict = field(default_factory=dict)  # id(model) → (weakref, StaticModel)
 
     @property
@@ -227,11 +237,66 @@ class Engine:
             "path": "static-compiled" if self.static else "dynamic",
             "reason": self.reason,
             "block_widths": list(self.widths),
-            "compile_seconds": round(self.compile_seconds, 2),
+            "compile_seconds": round(self.compile_seconds + self.measured.get("compile_seconds", 0.0), 2),
+            **({"probe": self.measured} if self.measured else {}),
         }
+
+    def settle(
+        self, target, features: bool = False, decode_tokens: int = 0, steps: int = 12, margin: float = 0.9
+    ) -> "Engine":
+        """A probing engine (auto on a CPU): the faster path for this eval. An eager plain step is timed first;
+        where even halving it over the eval's `decode_tokens` (every decode, both baselines and each γ) would not
+        repay compiling every width, it stays dynamic without compiling. Otherwise width 1 is compiled and timed
+        too, and the static path is kept where it takes at most `margin` of the eager step's time.
+        features: the drafter reads the target's hidden states (the static target is built returning them)."""
+        if not self.probe:
+            return self
+        eager = _plain_step_ms(target, SlotCache(1, _device(target)), steps)
+        compile_s = COMPILE_SECONDS_PER_WIDTH * len(self.widths) * (2 if features else 1)
+        if eager * decode_tokens / 2000 < compile_s:
+            reason = (
+                f"auto on a CPU: a plain step takes {eager:.1f} ms eager, so compiling {len(self.widths)} block "
+                f"widths (~{compile_s:.0f} s) cannot pay back within this eval's {decode_tokens} decoded tokens"
+            )
+            return Engine("dynamic", reason, measured={"eager_ms": round(eager, 2)})
+        static = self.static_model(target, features=features)
+        t0 = time.perf_counter()
+        for _ in range(3):  # width 1 compiled (the other widths only if the static path is kept)
+            static.run(torch.zeros(1, 1, dtype=torch.long, device=_device(target)), 0)
+        compile_seconds = time.perf_counter() - t0
+        static.compile_seconds += compile_seconds
+        compiled = _plain_step_ms(target, StaticSlotCache(static, _device(target)), steps)
+        self.measured = {"compiled_ms": round(compiled, 2), "eager_ms": round(eager, 2)}
+        self.probe = False
+        if compiled <= margin * eager:
+            self.reason = f"auto on a CPU: a plain step measured {compiled:.1f} ms compiled, {eager:.1f} ms eager"
+            return self
+        self.measured["compile_seconds"] = compile_seconds  # spent, though the dynamic path decodes
+        self._models.clear()
+        reason = f"auto on a CPU: a plain step measured {eager:.1f} ms eager, {compiled:.1f} ms compiled"
+        return Engine("dynamic", reason, measured=self.measured)
 
 
 DYNAMIC = Engine("dynamic", "default")
+
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.inference_mode()
+def _plain_step_ms(target, cache, steps: int, context: int = 64) -> float:
+    """Median milliseconds of one plain decoding step (one token after `context` tokens) on `cache`'s path."""
+    device = _device(target)
+    cache.feed(target, [[1] * context])
+    times = []
+    for _ in range(steps + 2):  # two warm-up steps
+        t0 = time.perf_counter()
+        cache.forward(target, torch.ones(1, 1, dtype=torch.long, device=device))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - t0) * 1000)
+    return sorted(times[2:])[len(times[2:]) // 2]
 
 
 def choose_engine(
@@ -240,9 +305,9 @@ def choose_engine(
     """The path this eval decodes on, and why (`eval.engine`: auto | static | dynamic).
 
     auto takes the static path where it covers the run on a GPU, where CUDA graphs remove the launch
-    overhead that dominates a small drafter. On a CPU compiling costs ~10 s per block width (a γ sweep
-    has 7) and saves ~1.5 ms per forward of the toy target, less than an eval of that size decodes (see
-    README: Engine paths), so auto stays dynamic there; eval.engine=static compiles anyway.
+    overhead that dominates a small drafter. On a CPU the answer depends on the model and the CPU (SmolLM2
+    decodes 2.2× faster compiled; the toy target saves ~1.5 ms a forward), so auto returns a static engine
+    to be measured (`probe`): `settle` times a plain step both ways and keeps the faster path.
     """
     if setting not in ENGINES:
         raise EvalError(f"eval.engine={setting!r}; use one of {list(ENGINES)}")
@@ -263,9 +328,10 @@ def choose_engine(
         if setting == "static":
             raise EvalError(f"eval.engine=static does not cover {'; '.join(gaps)}; use eval.engine=auto or dynamic")
         return Engine("dynamic", "the static path does not cover " + "; ".join(gaps))
-    if setting == "auto" and device.type != "cuda":
-        return Engine("dynamic", "auto on a CPU: compiling each block width costs more than it saves here")
-    return Engine("static", f"eval.engine={setting}", max_len=max_len, widths=tuple(sorted(set(widths))))
+    widths = tuple(sorted(set(widths)))
+    if setting == "auto" and device.type != "cuda":  # measured before decoding: build_engine calls `settle`
+        return Engine("static", "auto on a CPU: measured", max_len=max_len, widths=widths, probe=True)
+    return Engine("static", f"eval.engine={setting}", max_len=max_len, widths=widths)
 
 
 def supports_static(model) -> Optional[str]:

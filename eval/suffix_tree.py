@@ -189,6 +189,7 @@ class SuffixTree:
         min_token_prob: float,
         use_tree_spec: bool = False,
         own: Sequence[_Node] = (),
+        min_match: int = 1,
     ) -> Draft:
         """Arctic's rule: the best-scoring draft over every matched length m < len(pattern), longer on ties.
 
@@ -196,6 +197,7 @@ class SuffixTree:
             pattern: the last ≤ max_depth verified tokens.
             max_spec_tokens: most tokens (tree nodes) to draft.
             own: `suffix_ends` of the sequence the pattern ends, if it is in this tree: matches for free.
+            min_match: shorter matches draft nothing (a store of other texts: one shared token says little).
         """
         best, factor, min_prob = Draft(), _F32(max_spec_factor), _F32(min_token_prob)
         grow = self._grow_tree if use_tree_spec else self._grow_chain
@@ -210,7 +212,8 @@ class SuffixTree:
                 node, at = found
             # float32 product, then arctic's + 1e-6 in double before truncating
             budget = min(max_spec_tokens, int(float(_F32(m) * factor) + 1e-6))
-            if budget > 0 and budget >= best.score:  # else its score (≤ budget) cannot reach the best
+            # a budget under the best score cannot beat it (a draft's score is at most its length)
+            if m >= min_match and budget > 0 and budget >= best.score:
                 draft = grow(node, at, budget, min_prob)
                 if draft.score >= best.score:
                     best = draft

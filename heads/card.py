@@ -4,6 +4,7 @@ family's own text lives in its row (heads/families/<kind>.py); heads/families/__
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 from heads.formats import ENGINE_NAMES
 from heads.load_card import load_section
@@ -44,12 +45,32 @@ Timed on {timing_device(ev)}.{_prompts_line(ev)}
 {warnings}
 Per-position acceptance: {per_pos or "n/a"}.{gamma_line(ev, gamma)}\
 {_served_line(ev)}{load_section(ev.get("serving_load"))}
-{training_line(provenance.get("training_data"))}{details}
+{training_line(provenance.get("training_data"))}{compared_section(provenance.get("compared"))}{details}
 
 {usage}
 
 Provenance (target revision, tokenizer hash, data manifest, resolved recipe) is in `drafthub.json`.
 """
+
+
+def compared_section(compared: Optional[dict]) -> str:
+    """A bake-off's choice: why this drafter, and every contender's figures measured alike (bakeoff.publish=best)."""
+    if not compared:
+        return ""
+    rows = "\n".join(
+        f"| `{c['recipe']}` | {c['kind']} | {c['tau']:.3f} | {speedup_text(c)} | {c['lossless']} | "
+        f"{'trained' if c.get('trained') else 'training-free'} |"
+        for c in compared["contenders"]
+    )
+    return f"""
+
+## Why this drafter
+
+Chosen by a bake-off on the same held-out prompts (workload `{compared["workload"]}`): {compared["reason"]}.
+
+| contender | family | τ | speed-up (95% interval) | lossless | |
+|---|---|---|---|---|---|
+{rows}"""
 
 
 def gamma_line(ev: dict, gamma: int) -> str:

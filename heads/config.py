@@ -119,6 +119,21 @@ class SuffixConfig:
 
 
 @dataclass
+class RetrievalConfig:
+    """Retrieval from the target's own answers (REST's datastore, llama.cpp's static n-gram cache): drafts the
+    continuation of the longest match of the context in the prompt and the text generated so far, or in a store
+    of the distilled answers, indexed once when the drafter is exported. Training-free: its "training" is the
+    distillation it reads (heads/retrieval.py)."""
+
+    kind: str = "retrieval"
+    max_tree_depth: int = 24  # deepest suffix-tree node: bounds matched context + draft length (as suffix decoding)
+    min_store_match: int = 1  # a draft from the store needs a context match of at least this many tokens
+    max_spec_factor: float = 4.0  # a match of m tokens drafts at most factor · m tokens (and at most γ)
+    min_token_prob: float = 0.1  # a draft token needs at least this count-estimated probability
+    max_answers: Optional[int] = None  # index at most this many distilled answers (the first); null = all
+
+
+@dataclass
 class LookaheadConfig:
     """Lookahead decoding (training-free, Fu et al. 2024): the target's own Jacobi iterations fill an n-gram
     pool verified in the same forward. vLLM does not serve it; drafthub's engine measures it.

@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from heads.cache import cpu_key
 from heads.formats import llamacpp
 
 TARGETS = ("llama-server", "llama-tokenize")
@@ -107,7 +108,7 @@ def main() -> int:
 
 def _key() -> str:
     source = f"source sha256 {llamacpp.SDIST_SHA256[:12]}"
-    return f"{llamacpp.PACKAGE} {llamacpp.VERSION}, {source}, CPU {llamacpp.cpu_key()}"
+    return f"{llamacpp.PACKAGE} {llamacpp.VERSION}, {source}, CPU {cpu_key()}"
 
 
 if __name__ == "__main__":

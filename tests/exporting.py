@@ -24,6 +24,7 @@ def export(
             verifier=verifier or VERIFIER,
             num_speculative_tokens=num_speculative_tokens,
             engines=engines,
+            answers=drafter.answers if family.from_answers else (),  # the store a retrieval drafter carries
         )
         with staged_directory(out) as tmp:
             family.export(job, tmp)

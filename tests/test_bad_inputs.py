@@ -109,6 +109,12 @@ CASES = [
         ["stages=[distill]", "target.name_or_path={t}/no-model"],
         "no-model does not exist; give a local HF model directory or a Hub id",
     ),
+    (
+        "a retrieval drafter without distilled answers",
+        "train",
+        ["recipe=toy_retrieval", "target=micro", "stages=[eval]"],
+        "retrieval drafts from the distilled answers and",
+    ),
     ("prompts without a user turn", "train", [*TRAIN, "data.prompts={f}/no-user.jsonl"], "have no user turn"),
     (
         "prompts that would pass the target's context",

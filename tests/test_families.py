@@ -27,6 +27,7 @@ from heads.config import (
     NgramConfig,
     PardConfig,
     PEagleConfig,
+    RetrievalConfig,
     SuffixConfig,
 )
 from heads.dflash import DFlashDrafter
@@ -213,6 +214,7 @@ SETTINGS = {
     "layer_skip": LayerSkipConfig(),
     "lookahead": LookaheadConfig(),
     "suffix": SuffixConfig(),
+    "retrieval": RetrievalConfig(),
 }
 
 
@@ -225,6 +227,7 @@ def test_each_export_is_recognised_as_its_own_family_loads_and_lints(kind, tmp_p
         tokenizer=tokenizer,
         verifier={"name_or_path": "toyworld:micro", "architectures": ["LlamaForCausalLM"]},
         num_speculative_tokens=3,
+        answers=((5, 6, 7), (8, 9)) if family.from_answers else (),  # the distilled answers the pipeline passes
     )
     assert (job.checkpoint is None) == (not family.trainable)
     with staged_directory(tmp_path / "drafter") as tmp:

@@ -49,7 +49,7 @@ def contender_config(name: str, shared: DictConfig, run_dir: Path, serve, publis
     with scope:
         extra = [*shared.bakeoff.overrides.get("all", []), *shared.bakeoff.overrides.get(name, [])]
         cfg = compose("config", overrides=[f"recipe={name}", *extra])
-    for key in SHARED:
+    for key in SHARED + (("drafter", "trainer") if name == shared.bakeoff.own else ()):
         cfg[key] = shared[key]
     family = get_family(cfg.drafter.kind)
     cfg.eval.serve = serve if serve and not family.not_served(serve) else None  # e.g. lookahead: no vLLM method
@@ -57,6 +57,7 @@ def contender_config(name: str, shared: DictConfig, run_dir: Path, serve, publis
         cfg.eval.serve_load = []  # no load sweep where vLLM cannot serve the family (its row says why)
     for key in SHARED_PUBLISH:
         cfg.publish[key] = shared.publish[key]
+    cfg.merge_with_dotlist([o for o in extra if o.split("=", 1)[0].split(".", 1)[0] in SHARED])  # its own win
     cfg.run_dir, cfg.stages = str(run_dir), ["train", "eval", *(["publish"] if publish else [])]
     return cfg
 
@@ -82,7 +83,7 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> di
             run_dir = root / name if first else root / workload / name
             _link_shared(run_dir, root, name, first)
             print(f"bake-off: {name} on {workload}")
-            publish = first and bool(cfg.publish.hub_dir or cfg.publish.repo_id)
+            publish = first and bool(cfg.publish.hub_dir or cfg.publish.repo_id) and cfg.bakeoff.publish == "all"
             contender = contender_config(name, dict_config, run_dir, serve, publish)
             contender.merge_with_dotlist(list(overrides))
             results = run_pipeline(contender)
@@ -103,7 +104,43 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> di
         "settings": OmegaConf.to_container(dict_config.eval, resolve=True),
     }
     write_comparison(root / OUT, comparison)
+    if cfg.bakeoff.publish == "best":
+        comparison["published"] = publish_best(dict_config, run_pipeline, root, comparison, serve)
     return comparison
+
+
+def publish_best(dict_config: DictConfig, run_pipeline, root: Path, comparison: dict, serve) -> Optional[dict]:
+    """bakeoff.publish=best: the first workload's recommended contender published (to publish.hub_dir /
+    publish.repo_id where set), its card holding the comparison; the line the run ends on names it."""
+    workload = next(iter(comparison["workloads"].values()))
+    best = workload["recommended"]
+    if best is None:
+        print("[eval] published: nothing — no contender decoded losslessly (see bakeoff/comparison.md)")
+        return None
+    contender = contender_config(best["recipe"], dict_config, root / best["recipe"], serve, publish=True)
+    contender.stages = ["publish"]
+    contender.publish.comparison = str(root / OUT / "comparison.json")
+    run_pipeline(contender)
+    rows = {row["recipe"]: row for row in workload["contenders"]}
+    print(published_line(rows[best["recipe"]], workload["contenders"], root / best["recipe"] / "drafter"))
+    return {"recipe": best["recipe"], "drafter": str(root / best["recipe"] / "drafter")}
+
+
+def published_line(best: dict, rows: list[dict], drafter: Path) -> str:
+    """`[eval] published: <family> τ …, speed-up … (lossless …); EAGLE-3 τ … after N tokens (break-even …)`: the
+    winner, and what the best trained contender reached (its τ against the τ at which it would pay)."""
+    lossless = "lossless" if best["lossless"] else "NOT lossless"
+    line = f"[eval] published: {best['kind']} τ {best['tau']:.2f}, speed-up {speedup_text(best)} ({lossless})"
+    trained = [r for r in rows if r["trained"] and r is not best]
+    if trained:
+        r = max(trained, key=lambda row: row["speedup"])
+        seen = (r.get("training_data") or {}).get("answer_tokens_seen")
+        after = (
+            f" after {seen / 1000:.0f}k answer tokens" if seen and seen >= 10_000 else f" after {seen} answer tokens"
+        )
+        even = f" (break-even τ ≈ {r['break_even_tau']:.2f}: train/README.md)" if r.get("break_even_tau") else ""
+        line += f"; {r['kind']} τ {r['tau']:.2f}, {r['speedup']:.2f}×{after}{even}"
+    return f"{line}; drafter: {drafter}"
 
 
 def bakeoff_engine(setting: str) -> Optional[str]:
@@ -140,6 +177,8 @@ def contender_row(name: str, run_dir: Path, train: dict, report: dict) -> dict:
         "served_speedup": served.get("speedup"),
         "served_speedup_spread": served.get("speedup_spread"),
         "cost_ratio": report["cost_ratio"],
+        # τ at which it would pay on this path: verifying γ + 1 tokens plus drafting, in plain steps (v + γ·c)
+        "break_even_tau": _break_even_tau(report),
         "draft_forwards_per_step": report["draft_forwards_per_step"],
         "lossless": report["lossless"],
         "parameters": train["parameters"],
@@ -155,6 +194,11 @@ def contender_row(name: str, run_dir: Path, train: dict, report: dict) -> dict:
         },
         "run_dir": str(run_dir),
     }
+
+
+def _break_even_tau(report: dict) -> Optional[float]:
+    v, drafting = report.get("verify_cost"), report.get("draft_cost_per_step")
+    return None if v is None or drafting is None else v + drafting
 
 
 _PER_CATEGORY = ("prompts", "tau", "alpha", "speedup", "speedup_spread")  # a contender's figures on one category

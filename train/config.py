@@ -78,6 +78,9 @@ class PublishConfig:
     # optional engine layouts added to the export: llamacpp writes gguf/ (the drafter as GGUF, by llama.cpp's own
     # converter; `python scripts/build_llamacpp.py` builds it once). eval.serve=llamacpp adds it too
     engines: List[str] = field(default_factory=list)
+    # a bake-off's comparison.json (bakeoff.publish=best sets it): the card says why this drafter was chosen and
+    # lists every contender's figures
+    comparison: Optional[str] = None
 
 
 @dataclass
@@ -108,6 +111,12 @@ class BakeoffConfig:
     # more workloads every contender is evaluated on (trained once): name → eval overrides, e.g.
     # {code_repeat: ["eval_split=heldout_repeat"]}; each lands under <run>/<name>/<recipe>
     workloads: Dict[str, List[str]] = field(default_factory=dict)
+    # all: with publish.hub_dir / publish.repo_id, every contender is published (a registry whose leaderboard is the
+    # bake-off); best: only the recommended one, with the comparison in its card, and the run ends on its line
+    publish: str = "all"
+    # the contender that is this run's own drafter (the main job's EAGLE-3): it trains with this run's drafter and
+    # trainer settings, command-line overrides included; the others keep their recipes'. null: none is
+    own: Optional[str] = None
 
 
 @dataclass

@@ -28,6 +28,7 @@ from eval.proposers import (
     ngram,
     pard,
     peagle,
+    retrieval,
     suffix,
 )
 from eval.proposers.base import ProposerEntry
@@ -46,6 +47,7 @@ PROPOSERS: dict[str, ProposerEntry] = {
     "layer_skip": layer_skip.ENTRY,
     "lookahead": lookahead.ENTRY,
     "suffix": suffix.ENTRY,
+    "retrieval": retrieval.ENTRY,
     "dflash": dflash.ENTRY,
     "dspark": dspark.ENTRY,
     "dflash2": dflash2.ENTRY,

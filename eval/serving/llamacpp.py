@@ -153,8 +153,9 @@ def servable(drafter_dir: str | Path):
         raise EvalError(
             f"{drafter_dir} has no {consumer.subdir}/ (llama.cpp's GGUF); re-export it with publish.engines=[{ENGINE}]"
         )
-    if consumer.subdir:
-        _check_gguf(Path(drafter_dir) / consumer.subdir / llamacpp.DRAFT_FILE)
+    layout = Path(drafter_dir) / str(consumer.subdir)
+    if consumer.subdir and not (layout / llamacpp.STATIC_CACHE_FILE).is_file():  # a static n-gram cache: no model
+        _check_gguf(layout / llamacpp.DRAFT_FILE)
     return consumer
 
 

@@ -31,6 +31,7 @@ from heads.families import (
     ngram,
     pard,
     peagle,
+    retrieval,
     suffix,
 )
 from heads.families.base import CATEGORIES, CONFIG, SIGNALS, SIZE_KEYS, ExportJob, Family, is_causal_lm
@@ -49,6 +50,7 @@ FAMILIES: dict[str, Family] = {
         eagle1.FAMILY,
         ngram.FAMILY,
         suffix.FAMILY,
+        retrieval.FAMILY,
         lookahead.FAMILY,
         layer_skip.FAMILY,
         dflash.FAMILY,

@@ -31,6 +31,7 @@ class ExportJob:
     num_speculative_tokens: int  # γ, where a format carries a default one (speculators)
     skip: tuple[str, ...] = ()  # files of the checkpoint that are the trainer's bookkeeping, not the drafter's
     engines: tuple[str, ...] = ()  # optional consumers whose layout is asked for (Consumer.optional), e.g. llamacpp
+    answers: tuple = ()  # the distilled answers' token ids, for a family built from them (Family.from_answers)
 
 
 def no_text(provenance: dict) -> str:
@@ -80,6 +81,9 @@ class Family:
     # (recommended γ, provenance) → the γ engines are told for this export (Medusa: its head count; a block
     # drafter: at most the block it was trained for)
     serving_gamma: Callable[[int, dict], int] = same_gamma
+    # True: the export is built from the distilled answers (ExportJob.answers), so the run distils even though the
+    # family trains nothing (retrieval)
+    from_answers: bool = False
 
     def consumer(self, engine: str) -> Consumer:
         """The family's consumer for `engine`; one clear error naming the engines that serve it otherwise."""

@@ -17,7 +17,6 @@ import functools
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -25,12 +24,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from heads.cache import cache_root, cpu_key
 from heads.errors import HeadsError
 from heads.formats import Consumer
 
 ENGINE = "llamacpp"
 SUBDIR = "gguf"
 DRAFT_FILE = "draft.gguf"
+STATIC_CACHE_FILE = "lookup-static.bin"  # `--spec-type ngram-cache -lcs FILE`: a static n-gram cache
 GGUF_SOURCE = "gguf_source.json"  # in a target directory dequantized from a GGUF file: that file, its size and digest
 PACKAGE, VERSION = "llama-cpp-python", "0.3.36"  # its sdist vendors llama.cpp at commit 0c1e57098 (MIT)
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"  # checked after each download
@@ -48,25 +49,12 @@ TOKENIZER_SAMPLE = (
 )
 
 
-def cpu_key() -> str:
-    """This machine's CPU class: its architecture and instruction-set flags, hashed. The build compiles for the CPU
-    it runs on (GGML_NATIVE), so a build from another class (an AVX-512 one on an AVX2-only machine) may not run."""
-    flags = ""
-    try:
-        with open("/proc/cpuinfo") as info:
-            flags = next((line.split(":", 1)[1] for line in info if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        pass
-    return hashlib.sha256(f"{platform.machine()} {' '.join(sorted(flags.split()))}".encode()).hexdigest()[:12]
-
-
 def home() -> Path:
     """Where the pinned llama.cpp is built: `$DRAFTHUB_LLAMACPP`, else under drafthub's cache, keyed by the version,
     the source package's digest and the CPU class, so a cache shared between machines never serves a foreign build."""
     if os.environ.get("DRAFTHUB_LLAMACPP"):
         return Path(os.environ["DRAFTHUB_LLAMACPP"])
-    cache = Path(os.environ.get("DRAFTHUB_CACHE", Path.home() / ".cache" / "drafthub"))
-    return cache / "llamacpp" / f"{VERSION}-{SDIST_SHA256[:12]}-cpu{cpu_key()}"
+    return cache_root() / "llamacpp" / f"{VERSION}-{SDIST_SHA256[:12]}-cpu{cpu_key()}"
 
 
 def source_dir() -> Path:
@@ -356,15 +344,20 @@ def consumer(
     feature_drafter: Optional[type] = None,
     extra: Callable[[dict, int], list[str]] = lambda settings, gamma: [],
     rule_difference: Optional[str] = None,
+    static_cache: Optional[Callable[[Any, Path], None]] = None,
 ) -> Consumer:
     """llama.cpp serving a family with `--spec-type spec_type`: `model` = the export carries gguf/draft.gguf
     (`-md`); feature_drafter = the drafter class of a family that fuses the target's layers (EAGLE-3, DFlash): its
     conversion reads the target's config and tokenizer, and a drafter fusing the last layer is refused (in the
     recipe's settings before any data is made, in the checkpoint before converting); extra(settings, γ) = further
-    flags from a training-free drafter's settings."""
+    flags from a training-free drafter's settings; static_cache(job, file) = writes gguf/lookup-static.bin, the
+    static n-gram cache `-lcs` loads (a drafter built from the target's answers)."""
     refuse = _refuse_last_layer(feature_drafter) if feature_drafter else lambda job: None
 
     def write(job, out: Path) -> None:
+        if static_cache is not None:
+            out.mkdir()
+            static_cache(job, out / STATIC_CACHE_FILE)
         if not model:
             return
         if why := refuse(job):
@@ -378,6 +371,7 @@ def consumer(
 
         settings = read_settings(export_dir) if settings is None else settings
         where = ["-md", str(Path(export_dir) / SUBDIR / DRAFT_FILE)] if model else []
+        where += ["-lcs", str(Path(export_dir) / SUBDIR / STATIC_CACHE_FILE)] if static_cache else []
         args = where + server_args(spec_type, gamma, extra, settings)
         return {"method": spec_type, "args": args, "num_speculative_tokens": gamma}
 
@@ -391,6 +385,9 @@ def consumer(
             reads_target = " --target-model-dir $TARGET_DIR" if feature_drafter else ""
             out = f"THIS_DIRECTORY/{SUBDIR}/{DRAFT_FILE}"
             lines.append(f"[ -f {out} ] || python convert_hf_to_gguf.py THIS_DIRECTORY{reads_target} --outfile {out}")
+        if static_cache:
+            cache = f"{SUBDIR}/{STATIC_CACHE_FILE}"
+            lines.append(f"# {cache}: the store as llama.cpp's static n-gram cache (publish.engines=[llamacpp])")
         lines.append(f"llama-server -m target.gguf {' '.join(flags)}")
         return (
             "llama.cpp (`llama-server`; the target, and the drafter where this directory has no `gguf/`, converted by "
@@ -401,8 +398,8 @@ def consumer(
         ENGINE,
         usage=usage,
         speculative_config=speculative_config,
-        subdir=SUBDIR if model else None,
-        write=write if model else None,
+        subdir=SUBDIR if model or static_cache else None,
+        write=write if model or static_cache else None,
         missing=missing,
         optional=True,
         rule_difference=rule_difference,

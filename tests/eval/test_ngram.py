@@ -203,10 +203,12 @@ def test_a_step_without_drafts_is_a_plain_decoding_step(target, tokenizer, promp
     )
     assert out == greedy_reference[0]
     assert stats.target_forwards == len(out) and stats.proposed_tokens == 0 and set(stats.draft_counts) == {0}
-    tally = Tally(stats=stats, seconds=1.0, tokens=len(out))
-    figures = decode_figures(tally, Tally(seconds=1.0, tokens=len(out)), 3, is_chain=True)
+    tally = Tally(stats=stats, seconds=stats.target_seconds, tokens=len(out))
+    # plain decoding timed as these forwards were: verifying costs one plain step, and nothing is drafted
+    figures = decode_figures(tally, Tally(seconds=stats.target_seconds, tokens=len(out)), 3, is_chain=True)
     assert figures["tau"] == 1.0 and figures["alpha"] == 0.0 and figures["drafting_steps"] == 0
-    assert figures["per_position_acceptance"] == [0.0, 0.0, 0.0] and figures["predicted_speedup"] == 1.0
+    assert figures["verify_cost"] == pytest.approx(1.0) and figures["predicted_speedup_from_tau"] == pytest.approx(1.0)
+    assert figures["per_position_acceptance"] == [0.0, 0.0, 0.0] and figures["predicted_speedup"] == pytest.approx(1)
 
 
 def _branches(tokens, lo, hi, k, matches):

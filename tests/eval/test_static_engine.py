@@ -138,7 +138,7 @@ def test_the_engine_choice_names_its_path_and_refuses_what_static_cannot_run(tar
     proposer = DraftLMProposer(weak_draft, len(tokenizer))
     kw = dict(batch_size=1, max_len=64, widths=(1, 4))
     auto = choose_engine("auto", target, proposer, tree=None, **kw)
-    assert auto.name == "dynamic" and "CPU" in auto.reason  # no GPU here
+    assert auto.probe and auto.reason == "auto on a CPU: measured"  # no GPU here: `settle` times both paths
     assert choose_engine("static", target, proposer, tree=None, **kw).name == "static"
     tree = choose_engine("auto", target, proposer, tree=[2, 2], **kw)
     assert tree.name == "dynamic" and tree.reason == "the static path does not cover token trees"
@@ -154,3 +154,23 @@ def test_the_engine_choice_names_its_path_and_refuses_what_static_cannot_run(tar
         choose_engine("static", target, _ReadsTheLastLayer(target), tree=None, **kw)
     with pytest.raises(EvalError, match=r"eval.engine='fast'; use one of \['auto', 'static', 'dynamic'\]"):
         choose_engine("fast", target, proposer, tree=None, **kw)
+
+
+@pytest.mark.slow  # torch.compile of width 1: ~30 s on 2 cores, seconds with a warm inductor cache
+def test_auto_on_a_cpu_keeps_the_path_a_plain_step_measures_faster(micro_world, weak_draft, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    target = AutoModelForCausalLM.from_pretrained(micro_world.target_dir).eval()  # its own copy: a fresh cache
+    proposer = DraftLMProposer(weak_draft, len(tokenizer))
+    kw = dict(tree=None, batch_size=1, max_len=128, widths=(1, 4))
+    short = choose_engine("auto", target, proposer, **kw).settle(target, decode_tokens=100)
+    assert short.name == "dynamic" and "cannot pay back within this eval's 100 decoded tokens" in short.reason
+    settled = choose_engine("auto", target, proposer, **kw).settle(target, decode_tokens=10**9)  # compiling pays
+    timed = settled.describe()["probe"]
+    assert settled.static == (timed["compiled_ms"] <= 0.9 * timed["eager_ms"]), timed
+    assert f"{timed['compiled_ms']:.1f} ms compiled" in settled.reason and settled.describe()["compile_seconds"] > 0
+    assert not settled.probe and settled.settle(target) is settled  # measured once
+    assert (
+        choose_engine("dynamic", target, proposer, tree=None, batch_size=1, max_len=64, widths=(1,)).settle(target).name
+        == "dynamic"
+    )

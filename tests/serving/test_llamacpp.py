@@ -21,6 +21,7 @@ from heads.families import FAMILIES
 from heads.formats import llamacpp
 from heads.layer_skip import LayerSkipDrafter
 from heads.ngram import NgramDrafter
+from heads.retrieval import RetrievalDrafter
 from tests.exporting import export
 from tests.serving.settings import SERVED
 from tests.serving.test_served_check import _serve
@@ -124,8 +125,10 @@ def deeper_target(tmp_path_factory, target, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def gguf_exports(tmp_path_factory, micro_world, target, tokenizer, deeper_target):
+def gguf_exports(tmp_path_factory, micro_world, target, tokenizer, deeper_target, prompt_ids):
     """The served-check tests' fitted drafters, exported as publish.engines=[llamacpp] exports them."""
+    from eval.sampling import SamplingParams
+    from eval.speculative import autoregressive_generate
     from tests.eval.dflash_fit import fit_dflash, fit_dflash2, fit_dspark
     from tests.eval.eagle_fit import fit_eagle
     from tests.serving.test_served_check import fitted_draft_lm
@@ -134,7 +137,13 @@ def gguf_exports(tmp_path_factory, micro_world, target, tokenizer, deeper_target
     verifier = {"name_or_path": str(micro_world.target_dir), "architectures": ["LlamaForCausalLM"]}
     deeper_verifier = {**verifier, "name_or_path": str(deeper_target[1])}
     engines = ("llamacpp",)
+    # the target's own answers to other prompts, each twice: llama.cpp drafts from a store bigram seen ≥ 2 times
+    answers = autoregressive_generate(
+        target, prompt_ids[::-1], 40, SamplingParams(), eos_ids={tokenizer.eos_token_id}, vocab_size=len(tokenizer)
+    )
+    store = RetrievalDrafter(answers=tuple(tuple(a) for a in answers for _ in (0, 1)))
     return {
+        "retrieval": export(store, root / "retrieval", engines=engines),
         "draft_lm": export(fitted_draft_lm(target, tokenizer), root / "draft_lm", tokenizer=tokenizer, engines=engines),
         # fitted on the micro target, served on its deeper twin: layer ids [0, 1, 2] are all layer inputs there
         "eagle3": export(fit_eagle(target), root / "eagle3", verifier=deeper_verifier, engines=engines),
@@ -150,7 +159,9 @@ def gguf_exports(tmp_path_factory, micro_world, target, tokenizer, deeper_target
 
 
 @needs_llamacpp
-@pytest.mark.parametrize("kind", ["draft_lm", "eagle3", "dflash", "dspark", "dflash2", "layer_skip", "ngram"])
+@pytest.mark.parametrize(
+    "kind", ["draft_lm", "eagle3", "dflash", "dspark", "dflash2", "layer_skip", "ngram", "retrieval"]
+)
 def test_llama_server_serves_each_gguf_export_as_our_engine_runs_it(
     kind, gguf_exports, target, tokenizer, micro_world, prompt_ids, deeper_target
 ):
@@ -163,6 +174,7 @@ def test_llama_server_serves_each_gguf_export_as_our_engine_runs_it(
         "dspark": "draft-dspark",
         "dflash2": "draft-dflash",
         "ngram": "ngram-simple",
+        "retrieval": "ngram-cache",
     }
     assert served["engine"] == "llamacpp" and served["method"] == methods.get(kind, "draft-simple")
     assert served["equal_prompts"] == len(prompt_ids), served["reason"]  # llama.cpp's output == the target's greedy
@@ -170,6 +182,9 @@ def test_llama_server_serves_each_gguf_export_as_our_engine_runs_it(
     ours = served["ours"]["tau"]
     if kind == "ngram":  # another rule (stated): reported, not compared
         assert "ngram-simple matches only" in served["reason"] and served["tau"] > 1.0
+    elif kind == "retrieval":  # llama.cpp loaded the store as its static n-gram cache (-lcs), under its own rule
+        assert "ngram-cache drafts up to 8 tokens" in served["reason"] and served["tau"] > 1.0
+        assert "-lcs" in served["server_args"]
     else:
         assert 1.0 < served["tau"] and abs(served["tau"] - ours) <= 0.05 * ours, (served["tau"], ours)
         assert len(served["per_position_acceptance"]) == CFG.num_speculative_tokens

@@ -25,9 +25,26 @@ from train.stages.train import SUMMARY
 REPORT = "eval_report.json"
 
 
+def answer_spans(dataset) -> list[list[int]]:
+    """The distilled answers' tokens: each run of loss-masked (trained-on) tokens of a sample, in dataset order."""
+    spans = []
+    for ids, mask in zip(dataset["input_ids"], dataset["loss_mask"]):
+        span: list[int] = []
+        for token, kept in zip(ids, mask):
+            if kept:
+                span.append(token)
+            elif span:
+                spans.append(span)
+                span = []
+        if span:
+            spans.append(span)
+    return spans
+
+
 def export_drafter(run: Run, family: Family, tokenizer, target) -> str:
     """Write drafter/ with the family's writer (whole or not at all); return its served-files hash."""
     cfg, paths = run.cfg, run.paths
+    answers = tuple(answer_spans(load_distilled(paths.data))) if family.from_answers else ()
     job = ExportJob(
         checkpoint=paths.final if family.trainable else None,
         settings=cfg.drafter,
@@ -40,6 +57,7 @@ def export_drafter(run: Run, family: Family, tokenizer, target) -> str:
         num_speculative_tokens=cfg.eval.num_speculative_tokens,
         skip=(SUMMARY,),
         engines=family.optional_engines([*cfg.publish.engines, cfg.eval.serve]),
+        answers=answers,
     )
     with staged_directory(paths.drafter) as tmp:
         family.export(job, tmp)
@@ -94,6 +112,11 @@ def eval_stage(run: Run) -> dict:
                 f"{paths.final} was trained with other settings than this run's; re-run the train stage "
                 "(stages=[train,eval,publish])"
             )
+    if family.from_answers and not read_json(paths.data / "manifest.json"):  # before the target loads
+        raise PipelineError(
+            f"{cfg.drafter.kind} drafts from the distilled answers and {paths.data} holds none; "
+            "run the distill stage first (stages=[distill,eval,publish])"
+        )
     tokenizer = load_tokenizer(cfg.target)
     target = load_target(cfg.target, run.device)
     export_sha256 = export_drafter(run, family, tokenizer, target)

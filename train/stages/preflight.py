@@ -47,6 +47,10 @@ def check_run(cfg: RunConfig) -> None:
     check_eval_settings(family.kind, cfg.drafter, cfg.eval)
     if "eval" in cfg.stages or cfg.bakeoff.recipes:
         check_eval_source(cfg)
+    if cfg.bakeoff.own is not None and cfg.bakeoff.own not in cfg.bakeoff.recipes:
+        raise PipelineError(f"bakeoff.own={cfg.bakeoff.own} is not one of bakeoff.recipes={cfg.bakeoff.recipes}")
+    if cfg.bakeoff.publish not in ("all", "best"):
+        raise PipelineError(f"bakeoff.publish={cfg.bakeoff.publish!r}; use all (every contender) or best")
     if cfg.bakeoff.serve not in ("auto", "off", *SERVING_ENGINES):
         raise PipelineError(
             f"bakeoff.serve={cfg.bakeoff.serve!r}; use auto (served check where vLLM is installed), "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from distill.chat import tokenizer_hash
 from distill.shards import load_distilled
@@ -44,7 +45,20 @@ def provenance(run: Run, report: dict) -> dict:
         "eval": report,  # whole: its figures_sha256 binds every field, the export hash the gate checks included
         "export_sha256": report["export_sha256"],
         **family.describe(paths.drafter, summary),
+        **({"compared": compared_with(cfg.publish.comparison)} if cfg.publish.comparison else {}),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def compared_with(comparison_file: str) -> dict:
+    """Why a bake-off chose this drafter and every contender's figures on its first workload, for the card."""
+    comparison = json.loads(Path(comparison_file).read_text())
+    name, result = next(iter(comparison["workloads"].items()))
+    keys = ("recipe", "kind", "tau", "speedup", "speedup_spread", "lossless", "trained", "training_data")
+    return {
+        "workload": name,
+        "reason": (result["recommended"] or {}).get("reason"),
+        "contenders": [{k: row.get(k) for k in keys} for row in result["contenders"]],
     }
 
 

@@ -28,12 +28,18 @@ from train.stages.run_dir import read_json
 SUMMARY = "train_summary.json"
 
 
-def training_data(cfg, samples: int) -> dict:
-    """What produced a τ: the data's size and source and the training policy (for reports and cards)."""
+def training_data(cfg, samples: int, answer_tokens: int = 0) -> dict:
+    """What produced a τ: the data's size and source and the training policy (for reports and cards).
+
+    answer_tokens: the trained-on (loss-masked) tokens of those samples; tokens seen = steps × sequences per step ×
+    their mean per sample, the x axis of a learning curve."""
     trainer = cfg.trainer
     policy = trainer.policy if trainer.policy == "off_policy" else f"on_policy (λ = {trainer.on_policy_fraction:g})"
+    per_sample = answer_tokens / samples if samples else 0.0
     return {
         "samples": samples,
+        "answer_tokens": answer_tokens,
+        "answer_tokens_seen": round(trainer.max_steps * trainer.batch_size * trainer.grad_accum * per_sample),
         "source": _source(cfg.data),
         "policy": policy,
         "optimizer_steps": trainer.max_steps,
@@ -45,6 +51,14 @@ def _source(data) -> str:
     if data.source == "corpus":
         return "raw corpus text"
     return "the target's answers" if data.regenerate else "the dataset's own answers"
+
+
+def _answer_tokens(dataset) -> int:
+    """The loss-masked tokens of what training iterates over (0 where it is no table with a loss mask)."""
+    try:
+        return int(sum(map(sum, dataset["loss_mask"])))
+    except (KeyError, TypeError):
+        return 0
 
 
 def check_length_cut(cut: LengthCut, max_share: float) -> None:
@@ -135,7 +149,9 @@ def train_stage(run: Run) -> dict:
         # what each process held of the frozen target: its share when sharded, all of it when replicated,
         # its embeddings, final norm and lm_head with features from vLLM
         "target": {"sharding": sharding, "bytes_per_process": held_bytes(target), "bytes": full_bytes(target)},
-        "training_data": training_data(cfg, len(prepared.dataset)),
+        "training_data": training_data(
+            replace(cfg, trainer=trainer), len(prepared.dataset), _answer_tokens(prepared.dataset)
+        ),
     }
     state = full_state_dict(accelerator, trained)  # all processes: ZeRO-3 gathers the shards
     if accelerator.is_main_process:
