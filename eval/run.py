@@ -133,7 +133,7 @@ def build_engine(cfg: EvalConfig, target, proposer: Proposer, prompts: list[list
         max_len=max(map(len, prompts)) + cfg.max_new_tokens + 2 * (max(gammas) + 1),
         widths=(1, *(g + 1 for g in gammas)),  # decoding, and verifying each γ
     )
-    features = bool(proposer.target_layer_ids)
+    features = tuple(proposer.target_layer_ids)  # the target's layers the drafter reads
     decode_tokens = len(prompts) * cfg.max_new_tokens * (2 + len(gammas))  # both baselines and every γ
     engine = engine.settle(target, features, decode_tokens)  # auto on a CPU: the path measured faster
     proposer.use_engine(engine)  # a drafter with its own model cache decodes on the same path

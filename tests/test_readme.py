@@ -29,7 +29,16 @@ import distill.__main__  # noqa: E402,F401  (registers distill_schema)
 import eval.__main__  # noqa: E402,F401  (registers eval_schema)
 
 README = REPO / "README.md"
-HANDBOOKS = [REPO / p for p in ("eval/README.md", "heads/README.md", "train/README.md", "train/registry/README.md")]
+HANDBOOKS = [
+    REPO / p
+    for p in (
+        "eval/README.md",
+        "heads/README.md",
+        "train/README.md",
+        "train/registry/README.md",
+        "train/results/smollm2.md",
+    )
+]
 MAX_LINES = 320
 PACKAGES = ("train", "distill", "heads", "eval")
 PRIMARY = {"train": "config", "eval": "eval", "distill": "distill"}  # entry point -> its primary config in conf/

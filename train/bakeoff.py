@@ -1,7 +1,8 @@
 """Drafter bake-off: several recipes' drafters, one target, one dataset, one evaluation, one verdict.
 
 Each contender keeps its recipe's drafter and trainer settings; the bake-off imposes its own
-target, data, eval settings and device, so the only difference left is the drafter family.
+target, data, eval settings and device, so the only difference left is the drafter family (and what
+bakeoff.overrides gives one contender, such as its own γ: the table names each one's).
 Data is distilled once and shared. Every contender's run directory is a normal run directory
 (resumable stage by stage); the comparison lands in <run>/bakeoff/.
 """
@@ -27,7 +28,7 @@ from heads.load_card import break_even_short
 
 SHARED = ("target", "data", "eval", "eval_split", "eval_prompts", "eval_prompts_column", "device")
 # where contenders are published when the bake-off is given a registry or Hub repo (min_tau, model_name: the recipe's)
-SHARED_PUBLISH = ("hub_dir", "repo_id", "private", "verify_prompts")
+SHARED_PUBLISH = ("hub_dir", "repo_id", "private", "verify_prompts", "engines")
 OUT = "bakeoff"
 
 
@@ -49,15 +50,16 @@ def contender_config(name: str, shared: DictConfig, run_dir: Path, serve, publis
     with scope:
         extra = [*shared.bakeoff.overrides.get("all", []), *shared.bakeoff.overrides.get(name, [])]
         cfg = compose("config", overrides=[f"recipe={name}", *extra])
-    for key in SHARED + (("drafter", "trainer") if name == shared.bakeoff.own else ()):
+    own = ("drafter", "trainer") if name == shared.bakeoff.own else ()
+    for key in SHARED + own:
         cfg[key] = shared[key]
+    cfg.merge_with_dotlist([o for o in extra if o.split("=", 1)[0].split(".", 1)[0] in SHARED + own])  # its own win
     family = get_family(cfg.drafter.kind)
     cfg.eval.serve = serve if serve and not family.not_served(serve) else None  # e.g. lookahead: no vLLM method
     if cfg.eval.serve_url is None and family.not_served("vllm"):
         cfg.eval.serve_load = []  # no load sweep where vLLM cannot serve the family (its row says why)
     for key in SHARED_PUBLISH:
         cfg.publish[key] = shared.publish[key]
-    cfg.merge_with_dotlist([o for o in extra if o.split("=", 1)[0].split(".", 1)[0] in SHARED])  # its own win
     cfg.run_dir, cfg.stages = str(run_dir), ["train", "eval", *(["publish"] if publish else [])]
     return cfg
 
@@ -106,24 +108,28 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> di
     write_comparison(root / OUT, comparison)
     if cfg.bakeoff.publish == "best":
         comparison["published"] = publish_best(dict_config, run_pipeline, root, comparison, serve)
+        write_comparison(root / OUT, comparison, show=False)  # with what was published; the run ends on its line
+        print(comparison["published"]["line"])
     return comparison
 
 
-def publish_best(dict_config: DictConfig, run_pipeline, root: Path, comparison: dict, serve) -> Optional[dict]:
+def publish_best(dict_config: DictConfig, run_pipeline, root: Path, comparison: dict, serve) -> dict:
     """bakeoff.publish=best: the first workload's recommended contender published (to publish.hub_dir /
-    publish.repo_id where set), its card holding the comparison; the line the run ends on names it."""
+    publish.repo_id where set), its card holding the comparison. Returns the recipe, its drafter and the line the
+    run ends on (recipe None: nothing was lossless, nothing published)."""
     workload = next(iter(comparison["workloads"].values()))
     best = workload["recommended"]
     if best is None:
-        print("[eval] published: nothing — no contender decoded losslessly (see bakeoff/comparison.md)")
-        return None
+        return {"recipe": None, "line": "[eval] published: nothing — no contender decoded losslessly (bakeoff/)"}
     contender = contender_config(best["recipe"], dict_config, root / best["recipe"], serve, publish=True)
     contender.stages = ["publish"]
+    contender.publish = dict_config.publish  # the run's own publish settings (its gate's min_tau, engines) govern
     contender.publish.comparison = str(root / OUT / "comparison.json")
+    (root / best["recipe"] / "published.json").unlink(missing_ok=True)  # the comparison may be new: card it again
     run_pipeline(contender)
-    rows = {row["recipe"]: row for row in workload["contenders"]}
-    print(published_line(rows[best["recipe"]], workload["contenders"], root / best["recipe"] / "drafter"))
-    return {"recipe": best["recipe"], "drafter": str(root / best["recipe"] / "drafter")}
+    rows, drafter = {row["recipe"]: row for row in workload["contenders"]}, root / best["recipe"] / "drafter"
+    line = published_line(rows[best["recipe"]], workload["contenders"], drafter)
+    return {"recipe": best["recipe"], "drafter": str(drafter), "line": line}
 
 
 def published_line(best: dict, rows: list[dict], drafter: Path) -> str:
@@ -135,9 +141,8 @@ def published_line(best: dict, rows: list[dict], drafter: Path) -> str:
     if trained:
         r = max(trained, key=lambda row: row["speedup"])
         seen = (r.get("training_data") or {}).get("answer_tokens_seen")
-        after = (
-            f" after {seen / 1000:.0f}k answer tokens" if seen and seen >= 10_000 else f" after {seen} answer tokens"
-        )
+        count = f"{seen / 1000:.0f}k" if seen and seen >= 10_000 else str(seen)
+        after = f" after {count} answer tokens" if seen is not None else ""
         even = f" (break-even τ ≈ {r['break_even_tau']:.2f}: train/README.md)" if r.get("break_even_tau") else ""
         line += f"; {r['kind']} τ {r['tau']:.2f}, {r['speedup']:.2f}×{after}{even}"
     return f"{line}; drafter: {drafter}"
@@ -177,6 +182,7 @@ def contender_row(name: str, run_dir: Path, train: dict, report: dict) -> dict:
         "served_speedup": served.get("speedup"),
         "served_speedup_spread": served.get("speedup_spread"),
         "cost_ratio": report["cost_ratio"],
+        "gamma": report["settings"]["num_speculative_tokens"],  # a contender's own override may differ
         # τ at which it would pay on this path: verifying γ + 1 tokens plus drafting, in plain steps (v + γ·c)
         "break_even_tau": _break_even_tau(report),
         "draft_forwards_per_step": report["draft_forwards_per_step"],
@@ -300,28 +306,32 @@ def recommend(rows: list[dict], tie: float = 0.03) -> dict | None:
     }
 
 
-def write_comparison(out: Path, comparison: dict) -> None:
+def write_comparison(out: Path, comparison: dict, show: bool = True) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for workload, result in comparison["workloads"].items():
         _plot(out / f"comparison_{workload}.png", result["contenders"])
     atomic_write_text(out / "comparison.md", render_markdown(comparison))
     atomic_write_text(out / "comparison.json", json.dumps(comparison, indent=2))
-    print(render_markdown(comparison))
+    if show:
+        print(render_markdown(comparison))
 
 
 def _table(rows: list[dict], served) -> list[str]:
     load = any(r.get("break_even") for r in rows)
     head = (
-        "| recipe | drafter | τ | α | c | drafter forwards/step | speed-up (95% interval) | lossless | parameters "
+        "| recipe | drafter | γ | τ | α | c | drafter forwards/step | speed-up (95% interval) | lossless | parameters "
         "| training | training data |"
         + (" served τ | served check | served speed-up (95% interval) |" if served else "")
         + (" break-even load (vllm serve) |" if load else "")
     )
     rule = (
-        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if served else "") + ("---|" if load else "")
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"
+        + ("---|---|---|" if served else "")
+        + ("---|" if load else "")
     )
     return [head, rule] + [
-        f"| {r['recipe']} | {r['kind']} | {r['tau']:.2f} | {r['alpha']:.3f} | {r['cost_ratio']:.3f} "
+        f"| {r['recipe']} | {r['kind']} | {r.get('gamma', '–')} | {r['tau']:.2f} | {r['alpha']:.3f} "
+        f"| {r['cost_ratio']:.3f} "
         f"| {r['draft_forwards_per_step']:.1f} | {speedup_text(r)} "
         f"| {'yes' if r['lossless'] else 'NO'} | {r['parameters'] / 1e6:.2f} M | {_training(r)} "
         f"| {_data(r.get('training_data'))} |"
@@ -369,7 +379,8 @@ def render_markdown(comparison: dict) -> str:
         "# Drafter bake-off",
         "",
         f"Same target, same distilled data, same evaluation: {s['num_prompts']} prompts × "
-        f"{s['max_new_tokens']} tokens, γ = {s['num_speculative_tokens']}, temperature {s['temperature']}, "
+        f"{s['max_new_tokens']} tokens, γ = {s['num_speculative_tokens']} (unless a row's γ says otherwise), "
+        f"temperature {s['temperature']}, "
         f"tree {s['tree']}. Training-free contenders count their search (layer skipping) or nothing as training."
         + (
             f" Served τ: {ENGINE_NAMES.get(_engine(served))} serving each export (1 + accepted drafts per step)."

@@ -39,7 +39,7 @@ class RetrievalProposer(SuffixProposer):
         for i, answer in enumerate(drafter.answers):
             self.store.extend(i, list(answer))
         self.store_tokens = drafter.store_tokens
-        self.drafts_from = {"request": 0, "store": 0, "none": 0}  # where each row's drafts came from (report)
+        self.drafts_from = {"request": 0, "store": 0, "none": 0}  # where each row's drafts came from (counted)
 
     def _draft(self, b: int, sequence: list[int], gamma: int) -> Draft:
         row = self._sync(b, sequence)

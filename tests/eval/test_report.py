@@ -110,3 +110,26 @@ def test_benchmarks_named_by_their_categories_get_figures_of_their_own(target, w
         categories=["writing", "qa"],
     )
     assert plain["workloads"] == {} and "Per workload" not in render_markdown(plain)
+
+
+@pytest.mark.parametrize(
+    ("given", "gamma", "sweep"),
+    [
+        ([], 2, []),  # the card's γ, one γ: the figure a user compares with the card's
+        (["eval.num_speculative_tokens=5"], 5, []),  # asked for: another γ
+        (["eval.gamma_sweep=[1,2,3]"], 2, [1, 2, 3]),  # the sweep on request
+    ],
+)
+def test_python_m_eval_measures_a_published_drafter_at_its_cards_gamma(tmp_path, given, gamma, sweep):
+    from eval.__main__ import _at_the_cards_gamma
+
+    (tmp_path / "drafthub.json").write_text(
+        json.dumps({"kind": "ngram", "eval": {"settings": {"num_speculative_tokens": 2}}})
+    )
+    settings = EvalConfig(num_speculative_tokens=5 if given and "num_spec" in given[0] else 4)
+    settings.gamma_sweep = [1, 2, 3] if given and "sweep" in given[0] else EvalConfig().gamma_sweep
+    _at_the_cards_gamma(settings, tmp_path, given)
+    assert (settings.num_speculative_tokens, settings.gamma_sweep) == (gamma, sweep)
+    unpublished = EvalConfig()
+    _at_the_cards_gamma(unpublished, tmp_path / "nowhere", [])  # no card: the settings as given
+    assert unpublished.num_speculative_tokens == 4 and unpublished.gamma_sweep == EvalConfig().gamma_sweep

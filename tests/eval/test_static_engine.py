@@ -86,8 +86,9 @@ def test_compiled_decoding_equals_the_dynamic_path_token_for_token(target, weak_
 def test_a_drafter_reading_the_targets_features_decodes_compiled_as_on_the_dynamic_path(
     micro_world, tokenizer, prompt_ids, greedy_reference
 ):
-    """DFlash on the static path: the target's compiled graphs return its hidden states for the drafter, every
-    token equals the dynamic path's and the target's own greedy output; plain decoding runs the graphs without them."""
+    """DFlash on the static path, reading layer id N too: the target's compiled graphs return its hidden states and
+    the last layer's output before the norm (a hook traced into the graph), every token equals the dynamic path's
+    and the target's own greedy output; plain decoding runs the graphs without them."""
     from transformers import AutoModelForCausalLM
 
     from eval.proposers.dflash import DFlashProposer
@@ -102,12 +103,12 @@ def test_a_drafter_reading_the_targets_features_decodes_compiled_as_on_the_dynam
     assert not getattr(target, "_output_capturing_hooks_installed", False)
 
     greedy, eos, vocab = SamplingParams(), {tokenizer.eos_token_id}, len(tokenizer)
-    proposer = DFlashProposer(fit_dflash(fitted, layer_ids=(1,)), vocab)  # layer 2 = N: read by a hook, not covered
+    proposer = DFlashProposer(fit_dflash(fitted, layer_ids=(1, 2)), vocab)  # 2 = N: the hook traced into the graph
     prompts = prompt_ids[:3]
     engine = choose_engine(
         "static", target, proposer, tree=None, batch_size=1, max_len=max(map(len, prompts)) + 48, widths=(1, 4)
     )
-    static = engine.static_model(target, features=True)
+    static = engine.static_model(target, features=proposer.target_layer_ids)
     proposer.use_engine(engine)
     engine.precompile()
     accepted = []
@@ -125,6 +126,11 @@ def test_a_drafter_reading_the_targets_features_decodes_compiled_as_on_the_dynam
     fresh = target(input_ids=ids, output_hidden_states=True)
     for mine, theirs in zip(with_states.hidden_states, fresh.hidden_states, strict=True):
         torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)
+    from heads.target_features import last_layer_output
+
+    with last_layer_output(target, (2,)) as final:
+        target(input_ids=ids)
+    torch.testing.assert_close(with_states.last_layer, final[0], atol=1e-4, rtol=1e-4)  # before the norm
 
 
 class _ReadsTheLastLayer(Proposer):
@@ -150,8 +156,7 @@ def test_the_engine_choice_names_its_path_and_refuses_what_static_cannot_run(tar
     assert choose_engine("static", target, one, tree=None, **kw).name == "static"  # vLLM's chains
     with pytest.raises(EvalError, match="batches of 2 rows"):
         choose_engine("static", target, proposer, tree=None, **{**kw, "batch_size": 2})
-    with pytest.raises(EvalError, match=r"the target's last layer output \(layer id N, captured by a hook\)"):
-        choose_engine("static", target, _ReadsTheLastLayer(target), tree=None, **kw)
+    assert choose_engine("static", target, _ReadsTheLastLayer(target), tree=None, **kw).name == "static"  # layer N
     with pytest.raises(EvalError, match=r"eval.engine='fast'; use one of \['auto', 'static', 'dynamic'\]"):
         choose_engine("fast", target, proposer, tree=None, **kw)
 

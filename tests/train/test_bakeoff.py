@@ -1,6 +1,7 @@
 """Drafter bake-off: six families on one dataset and one evaluation, one recommendation."""
 
 import json
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
@@ -294,3 +295,32 @@ def test_each_category_gets_its_own_recommendation_from_its_prompts_figures():
     assert "| recipe | mt_bench/extraction | humaneval |" in text
     assert "| smollm2_suffix | 1.60× (τ 3.10) | 0.90× (τ 1.30) |" in text
     assert "| **recommended** | `smollm2_suffix` | `smollm2` |" in text
+
+
+def test_the_main_jobs_own_contender_trains_with_the_command_lines_settings(tmp_path):
+    """`python -m train trainer.max_steps=300` reaches the main job's EAGLE-3 (bakeoff.own), not the retrieval
+    contender's recipe; each contender keeps the γ its own override gives it over the shared eval settings."""
+    from train.bakeoff import contender_config
+
+    register_configs()
+    with initialize_config_module(config_module="conf", version_base=None):
+        shared = compose("config", overrides=["trainer.max_steps=300", "drafter.draft_vocab_size=4096"])
+        contenders = {n: contender_config(n, shared, tmp_path / n, serve=None) for n in shared.bakeoff.recipes}
+    assert shared.recipe_name == "smollm2_main" and list(contenders) == ["smollm2", "smollm2_retrieval"]
+    eagle, retrieval = contenders["smollm2"], contenders["smollm2_retrieval"]
+    assert eagle.trainer.max_steps == 300 and eagle.drafter.draft_vocab_size == 4096
+    assert retrieval.drafter.kind == "retrieval" and retrieval.trainer.max_steps != 300
+    assert (eagle.eval.num_speculative_tokens, retrieval.eval.num_speculative_tokens) == (2, 4)
+    assert eagle.eval.max_new_tokens == retrieval.eval.max_new_tokens == 128  # measured alike otherwise
+
+
+def test_the_published_line_names_the_winner_and_what_the_trained_drafter_reached():
+    from train.bakeoff import published_line
+
+    free = _row("smollm2_retrieval", 1.6, 1.9, trained=False) | {"kind": "retrieval", "speedup_spread": None}
+    trained = _row("smollm2", 0.9, 1.2) | {"kind": "eagle3", "break_even_tau": 1.45}
+    trained["training_data"] = {"answer_tokens_seen": 246_000}
+    line = published_line(free, [trained, free], Path("d"))
+    assert line.startswith("[eval] published: retrieval τ 1.90, speed-up 1.60× (no interval recorded")
+    assert "(lossless); eagle3 τ 1.20, 0.90× after 246k answer tokens (break-even τ ≈ 1.45: train/README.md)" in line
+    assert line.endswith("drafter: d")

@@ -75,6 +75,11 @@ def publish_stage(run: Run) -> dict:
             f"refusing to publish: {paths.final} changed after it was evaluated (stale eval report); "
             "re-run stages=[eval,publish]"
         )
+    if report.get("stage_hash") != run.hashes["eval"]:
+        raise PublishError(
+            f"refusing to publish: {paths.eval / REPORT} measured other settings than this run's (its stage hash "
+            "differs); re-run stages=[eval,publish]"
+        )
     samples = paths.eval / SAMPLES
     check_report(report, cfg.publish.min_tau, str(paths.drafter), samples)  # the samples, where eval wrote them
     dataset = load_distilled(paths.data) if read_json(paths.data / "manifest.json") else None
