@@ -17,7 +17,6 @@ from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from distill.run import distill
 from eval.report import pyplot, save_figure
 from eval.serving import missing_reason
 from heads.card import served_tau_text, speedup_text
@@ -64,8 +63,10 @@ def contender_config(name: str, shared: DictConfig, run_dir: Path, serve, publis
     return cfg
 
 
-def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> dict:
+def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, distil) -> dict:
     """Train every contender under root/<recipe>, evaluate it on each workload, write the comparison, return it.
+
+    distil: the run's distill stage (into root/data), called once before any contender.
 
     The first workload is the bake-off's own eval settings; every other one (bakeoff.workloads) evaluates
     the same drafters again under root/<workload>/<recipe>, whose data and checkpoints link to the first run's,
@@ -76,7 +77,9 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, device) -> di
     serve = bakeoff_engine(cfg.bakeoff.serve)
     if cfg.bakeoff.serve == "auto" and serve is None:
         print(f"bake-off: no served check ({missing_reason('vllm')})")
-    distill(cfg.target, cfg.data, root / "data", device)  # once, for every contender
+    distil()  # the distill stage, once, into root/data, for every contender
+    if not set(cfg.stages) - {"distill"}:  # stages=[distill]: the shared data alone (a later run resumes from it)
+        return {"distilled": str(root / "data")}
     workloads = {cfg.bakeoff.workload: [], **cfg.bakeoff.workloads}
     rows: dict[str, list] = {name: [] for name in workloads}
     for name in cfg.bakeoff.recipes:

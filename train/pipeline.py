@@ -155,13 +155,15 @@ def _run_stages(cfg: RunConfig, cfg_dict: dict, dict_config: DictConfig, paths: 
             atomic_write_text(paths.config, config_text)
     print(f"run directory: {paths.root}")
     device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    hashes = stage_hashes(cfg, cfg_dict)
     if cfg.bakeoff.recipes:
         from train.bakeoff import run_bakeoff
 
-        return {"bakeoff": run_bakeoff(dict_config, run_pipeline, paths.root, device)}
+        # the shared data is distilled by the distill stage itself: its reuse checks (a moved Hub commit) hold
+        run = Run(cfg, cfg_dict, paths, device, hashes["distill"], hashes)
+        return {"bakeoff": run_bakeoff(dict_config, run_pipeline, paths.root, lambda: _distill_stage(run))}
 
     trainable = get_family(cfg.drafter.kind).trainable
-    hashes = stage_hashes(cfg, cfg_dict)
     results = {}
     for stage in cfg.stages:
         if stage != "train" and not _main_process():
