@@ -95,10 +95,17 @@ class SlotCache:
     Python: no mask is built and rollback is a crop, so the engine adds no host syncs.
     """
 
-    def __init__(self, batch_size: int, device: torch.device):
+    def __init__(self, batch_size: int, device: torch.device, verify_widths: Optional[dict[int, int]] = None):
+        """verify_widths: a verification block of m tokens runs padded to verify_widths[m] tokens where given (a
+        CPU runs some small widths slower than wider ones; eval/static_engine.py measures it)."""
         self.cache = DynamicCache()
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)  # (B, S)
         self.dense = True  # every slot valid
+        self.verify_widths = dict(verify_widths or {})
+
+    def run_width(self, m: int) -> int:
+        """The block width a verification of m tokens runs at: m, or a wider one measured faster."""
+        return self.verify_widths.get(m, m)
 
     @property
     def device(self) -> torch.device:

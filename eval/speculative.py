@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import torch
@@ -133,6 +133,8 @@ def speculative_step(
     proposal = proposer.propose(sequences, gamma, params, generator)
     num_draft = None if proposal.num_draft is None else proposal.num_draft.tolist()  # host sync: one per step
     proposal = proposal if num_draft is None else proposal.cut_to(max(num_draft, default=0))
+    drafted = proposal  # what the drafter proposed; the block may run padded (stats count the real nodes)
+    proposal, num_draft = _padded(proposal, num_draft, cache.run_width(proposal.draft_tokens.shape[1] + 1) - 1)
     t1 = _now(device)
     # 2. One target forward over [last token, draft nodes]; the tree mask shows each node only
     #    its ancestors, so row j+1 of the logits is the target's distribution after node j.
@@ -157,10 +159,28 @@ def speculative_step(
     cache.keep_last(kept, num_nodes + 1)
     features = _kept_features(out.hidden_states, final, layer_ids, kept) if layer_ids else None
     proposer.accept([len(s) + len(path) for s, (path, _) in zip(sequences, verdicts)], features)
-    stats.record_step((t0, t1, t2, t3, _now(device)), proposal)
+    stats.record_step((t0, t1, t2, t3, _now(device)), drafted)
     tokens = proposal.draft_tokens.tolist()  # host sync
     new = [[tokens[b][j] for j in path] + [nxt] for b, (path, nxt) in enumerate(verdicts)]
     return new, num_draft if num_draft is not None else [num_nodes] * batch
+
+
+def _padded(proposal: Proposal, num_draft: Optional[list[int]], width: int) -> tuple[Proposal, Optional[list[int]]]:
+    """A chain of N nodes widened to `width` nodes of padding (token 0, a one-hot q), which verification never
+    accepts, where the cache verifies the wider block faster (SlotCache.run_width); returns it and each row's real
+    node count. Trees keep their shape."""
+    batch, nodes = proposal.draft_tokens.shape
+    if width <= nodes or proposal.parents is not None:
+        return proposal, num_draft
+    counts = num_draft if num_draft is not None else [nodes] * batch
+    tokens = torch.nn.functional.pad(proposal.draft_tokens, (0, width - nodes))
+    probs = proposal.draft_probs
+    if probs is not None:
+        pad = probs.new_zeros(batch, width - nodes, probs.shape[-1])
+        pad[..., 0] = 1.0
+        probs = torch.cat([probs, pad], dim=1)
+    real = torch.tensor(counts, device=tokens.device)
+    return replace(proposal, draft_tokens=tokens, draft_probs=probs, num_draft=real), counts
 
 
 def _last_layer(target, cache, layer_ids):

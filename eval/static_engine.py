@@ -188,6 +188,10 @@ class StaticSlotCache:
     def feed(self, model, rows: list[list[int]], **kwargs):
         return self.forward(model, torch.tensor(rows, device=self.device), **kwargs)
 
+    def run_width(self, m: int) -> int:
+        """m: the compiled model pads a block to its next fixed width itself."""
+        return m
+
     def rollback(self, num_valid: list[int]) -> None:
         self.length = min(self.length, num_valid[0])
 
@@ -234,6 +238,8 @@ class Engine:
     compile: bool = True
     probe: bool = False  # auto on a CPU: the static path is kept only if `settle` measures it faster
     measured: dict = field(default_factory=dict)  # the probe's figures (ms per plain step each way), for the report
+    # dynamic path: a verification block of m tokens runs padded to verify_widths[m] (measured faster; `settle`)
+    verify_widths: dict = field(default_factory=dict)
     _models: dict = field(default_factory=dict)  # id(model) → (weakref, StaticModel)
 
     @property
@@ -243,7 +249,7 @@ class Engine:
     def cache(self, model, batch_size: int, device: torch.device, widths: Optional[tuple[int, ...]] = None):
         """A fresh cache for `model` on this path (the static path reuses the model's pre-allocated one)."""
         if not self.static:
-            return SlotCache(batch_size, device)
+            return SlotCache(batch_size, device, self.verify_widths)
         return StaticSlotCache(self.static_model(model, widths), device)
 
     def static_model(self, model, widths: Optional[tuple[int, ...]] = None, features=False) -> StaticModel:
@@ -271,6 +277,7 @@ class Engine:
             "block_widths": list(self.widths),
             "compile_seconds": round(self.compile_seconds + self.measured.get("compile_seconds", 0.0), 2),
             **({"probe": self.measured} if self.measured else {}),
+            **({"verify_widths": {str(m): w for m, w in self.verify_widths.items()}} if self.verify_widths else {}),
         }
 
     def settle(self, target, features=False, decode_tokens: int = 0, steps: int = 12, margin: float = 0.9) -> "Engine":
@@ -288,7 +295,7 @@ class Engine:
                 f"auto on a CPU: a plain step takes {eager:.1f} ms eager, so compiling {len(self.widths)} block "
                 f"widths (~{compile_s:.0f} s) cannot pay back within this eval's {decode_tokens} decoded tokens"
             )
-            return Engine("dynamic", reason, measured={"eager_ms": round(eager, 2)})
+            return _dynamic(target, reason, {"eager_ms": round(eager, 2)}, max(self.widths), steps)
         static = self.static_model(target, features=features)
         t0 = time.perf_counter()
         for _ in range(3):  # width 1 compiled (the other widths only if the static path is kept)
@@ -307,10 +314,51 @@ class Engine:
             model.close()
         self._models.clear()
         reason = f"auto on a CPU: a plain step measured {eager:.1f} ms eager, {compiled:.1f} ms compiled"
-        return Engine("dynamic", reason, measured=self.measured)
+        return _dynamic(target, reason, self.measured, max(self.widths), steps)
 
 
 DYNAMIC = Engine("dynamic", "default")
+PAD_WIDTHS = 8  # widths timed at least up to this: a γ 2 block (3 tokens) may run faster as 5
+
+
+def _dynamic(target, reason: str, measured: dict, max_width: int, steps: int) -> Engine:
+    """The dynamic path auto chose, with each verification width padded up where a wider block measured faster."""
+    widths, times = padded_widths(target, max(max_width, PAD_WIDTHS), steps)
+    measured = measured | {"width_ms": {str(w): round(t, 2) for w, t in times.items()}}
+    return Engine("dynamic", reason, measured=measured, verify_widths=widths)
+
+
+@torch.inference_mode()
+def padded_widths(target, max_width: int, steps: int, margin: float = 0.9) -> tuple[dict[int, int], dict[int, float]]:
+    """Why: on a CPU a forward over a few tokens can take longer than over more (SmolLM2 on 2 AVX-512 cores: 2 and
+    3 tokens 1.7× and 2.0× a plain step, 5 tokens 1.4×: the matmul kernels change with the row count). Each
+    width 1..max_width is timed (the widths taking turns, median of `steps`); a block of m tokens is padded to the
+    fastest wider width where that takes at most `margin` of m's time. Returns {m: padded width} for the m that
+    pad, and the milliseconds per width."""
+    device = _device(target)
+    cache = SlotCache(1, device)
+    cache.feed(target, [[1] * 64])
+    samples: dict[int, list[float]] = {w: [] for w in range(1, max_width + 1)}
+    for _ in range(steps + 2):
+        for w in samples:
+            t0 = time.perf_counter()
+            cache.forward(target, torch.ones(1, w, dtype=torch.long, device=device))
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            samples[w].append((time.perf_counter() - t0) * 1000)
+            cache.rollback([64])
+    times = {w: sorted(t[2:])[len(t[2:]) // 2] for w, t in samples.items()}
+    return pad_table(times, margin), times
+
+
+def pad_table(times: dict[int, float], margin: float = 0.9) -> dict[int, int]:
+    """{m: w} for each width m whose fastest wider width w takes at most `margin` of m's time."""
+    padded = {}
+    for m in times:
+        best = min((w for w in times if w >= m), key=times.get)
+        if best != m and times[best] <= margin * times[m]:
+            padded[m] = best
+    return padded
 
 
 def _device(model) -> torch.device:

@@ -5,7 +5,7 @@ Each setting is a JSON object of WorldConfig fields over --world's (e.g. {"lr": 
 and prints one JSON line per evaluation point: tokens seen, train loss, held-out loss at the world's context, and
 per task kind the teacher-forced answer accuracy on held-out prompts — the share of the reference answer's tokens
 the target predicts given the answer so far. A target that cannot copy stays near 0.25 on `edit`, whose answers
-repeat most of the prompt; one that copies climbs past 0.6 (train/README.md, "What makes a toy target copy").
+repeat most of the prompt; one that copies climbs past 0.6 (train/results/toy.md, "What makes a toy target copy").
 After the last step, greedy answers to 16 prompts per kind show whether it copies when it decodes alone: the
 reference's share reproduced, the share prompt lookup could draft, and the loop rate (as scripts/bench_toy_world.py).
 

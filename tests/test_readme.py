@@ -37,6 +37,7 @@ HANDBOOKS = [
         "train/README.md",
         "train/registry/README.md",
         "train/results/smollm2.md",
+        "train/results/toy.md",
     )
 ]
 MAX_LINES = 320

@@ -100,12 +100,12 @@ TOY = WorldConfig(
     num_train_prompts=4096,  # the data-scaling benchmark's largest size; recipes take data.max_prompts of them
 )
 
-# The toy world's successor for the bake-offs (the main job stays on `toy`, train/README.md says why). A 1,024-token
-# context and chat tasks of four kinds, each a held-out workload. Two findings set its recipe (train/README.md, "What
-# makes a toy target copy"): trained on 1.5 MB of code it memorises the train files (held-out loss rises after
-# ~5 M tokens) and never learns to copy from its context; on the whole stdlib (9 MB) it learns to copy after ~5 M
-# tokens at lr 5e-3 with a 200-step warm-up, held at full rate while the copy circuit forms (a shorter warm-up or a
-# cosine decay delays it past 6.6 M).
+# The toy world's successor for the bake-offs (the main job stays on `toy`, train/results/toy.md says why). A
+# 1,024-token context and chat tasks of four kinds, each a held-out workload. Two findings set its recipe
+# (train/results/toy.md, "What makes a toy target copy"): trained on 1.5 MB of code it memorises the train files
+# (held-out loss rises after ~5 M tokens) and never learns to copy from its context; on the whole stdlib (9 MB) it
+# learns to copy after ~5 M tokens at lr 5e-3 with a 200-step warm-up, held at full rate while the copy circuit forms (a
+# shorter warm-up or a cosine decay delays it past 6.6 M).
 # A second sweep: 4 layers learn it in fewer tokens than 6 or 8 (teacher-forced edit accuracy 0.64 after 6.6 M
 # tokens, 8 layers 0.48), at half the cost a step; d192 at three quarters of d256's cost buys 1.5x the tokens in the
 # same ~12 min build. Its greedy edits draw 38 % of their tokens from the prompt (8 layers d256: 12 %). Chat

@@ -133,11 +133,15 @@ class SuffixProposer(Proposer):
             (B, N) with use_tree_spec (padding hangs from the root), else None; one-hot draft_probs
             (B, N, V) when sampling.
         """
+        rows = [(d.tokens, d.parents) for d in self.drafts(sequences, num_speculative_tokens)]
+        return point_mass_proposal(rows, params, self.vocab_size, self.device, tree=self.use_tree_spec)
+
+    def drafts(self, sequences: list[list[int]], gamma: int) -> list[Draft]:
+        """Each row's draft with the match it grew from (`propose` without the padding): a caller choosing between
+        this draft and another drafter's reads the match length (eval/lookup_first.py)."""
         if len(self._rows) != len(sequences):
             self.reset(len(sequences), self.device)
-        drafts = [self._draft(b, s, num_speculative_tokens) for b, s in enumerate(sequences)]
-        rows = [(d.tokens, d.parents) for d in drafts]
-        return point_mass_proposal(rows, params, self.vocab_size, self.device, tree=self.use_tree_spec)
+        return [self._draft(b, s, gamma) for b, s in enumerate(sequences)]
 
     def accept(self, num_valid: list[int], features: Optional[TargetFeatures] = None) -> None:
         """Nothing to roll back: the trees hold only verified tokens, which `propose` is given."""

@@ -28,15 +28,27 @@ def fit(drafter, objective, batch: dict, steps: int = 60, lr: float = 3e-3):
     return drafter.eval()
 
 
-def assert_first_tokens_follow_the_target(target, proposer, ids: list[int], vocab_size: int, draws: int = 1500):
-    """Sampled speculative decoding's first token is distributed as the target's warped p."""
+def assert_first_tokens_follow_the_target(
+    target, proposer, ids: list[int], vocab_size: int, draws: int = 1500, engine=None
+):
+    """Sampled speculative decoding's first token is distributed as the target's warped p (engine: the path, if not
+    the default dynamic one)."""
     params = SamplingParams(temperature=1.0, top_k=40)
     p = probs_from_logits(target(input_ids=torch.tensor([ids])).logits[0, -1, :vocab_size], params)
     gen = torch.Generator().manual_seed(0)
     counts = torch.zeros_like(p)
     for _ in range(draws):
         (out,), _ = speculative_generate(
-            target, proposer, [ids], 1, 2, params, eos_ids=set(), vocab_size=vocab_size, generator=gen
+            target,
+            proposer,
+            [ids],
+            1,
+            2,
+            params,
+            eos_ids=set(),
+            vocab_size=vocab_size,
+            generator=gen,
+            **({"engine": engine} if engine is not None else {}),
         )
         counts[out[0]] += 1
     top = p.topk(5).indices

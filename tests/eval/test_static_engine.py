@@ -12,7 +12,10 @@ from eval.proposers.draft_lm import DraftLMProposer
 from eval.proposers.ngram import NgramProposer
 from eval.sampling import SamplingParams
 from eval.speculative import autoregressive_generate, speculative_generate
-from eval.static_engine import StaticModel, StaticSlotCache, choose_engine
+from eval.static_engine import DYNAMIC, PAD_WIDTHS, Engine, StaticModel, StaticSlotCache, choose_engine, pad_table
+from tests.eval.fitting import assert_first_tokens_follow_the_target
+
+GREEDY = SamplingParams()
 
 
 @torch.no_grad()
@@ -170,6 +173,8 @@ def test_auto_on_a_cpu_keeps_the_path_a_plain_step_measures_faster(micro_world, 
     kw = dict(tree=None, batch_size=1, max_len=128, widths=(1, 4))
     short = choose_engine("auto", target, proposer, **kw).settle(target, decode_tokens=100)
     assert short.name == "dynamic" and "cannot pay back within this eval's 100 decoded tokens" in short.reason
+    width_ms = {int(w): t for w, t in short.describe()["probe"]["width_ms"].items()}  # every block width, timed
+    assert sorted(width_ms) == list(range(1, PAD_WIDTHS + 1)) and short.verify_widths == pad_table(width_ms)
     settled = choose_engine("auto", target, proposer, **kw).settle(target, decode_tokens=10**9)  # compiling pays
     timed = settled.describe()["probe"]
     assert settled.static == (timed["compiled_ms"] <= 0.9 * timed["eager_ms"]), timed
@@ -179,3 +184,49 @@ def test_auto_on_a_cpu_keeps_the_path_a_plain_step_measures_faster(micro_world, 
         choose_engine("dynamic", target, proposer, tree=None, batch_size=1, max_len=64, widths=(1,)).settle(target).name
         == "dynamic"
     )
+
+
+def test_a_width_pads_up_only_to_a_wider_one_measured_faster():
+    times = {1: 10.0, 2: 17.0, 3: 21.0, 4: 14.0, 5: 15.0}  # SmolLM2's shape on 2 AVX-512 cores: 2-3 tokens slow
+    assert pad_table(times) == {2: 4, 3: 4}
+    assert pad_table({1: 10.0, 2: 10.5, 3: 9.8}) == {}  # 9.8 ms is not 10 % under 10.5: noise, no padding
+
+
+def _widths_seen(target) -> tuple[list[int], object]:
+    seen: list[int] = []
+    hook = target.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    return seen, hook
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "draft_lm"])
+def test_padded_verification_decodes_the_same_tokens_with_the_same_counts(
+    target, weak_draft, tokenizer, prompt_ids, drafter
+):
+    """Blocks of 3 tokens (γ 2) run as 4, for the whole batch (ngram: rows drafting 0–2 tokens) or one row: the
+    outputs, what was drafted and what was accepted are the unpadded run's, and the target saw the wider blocks."""
+    vocab, eos, gamma = len(tokenizer), {tokenizer.eos_token_id}, 2
+
+    def proposer():
+        if drafter == "ngram":
+            return NgramProposer(prompt_lookup_min=1, prompt_lookup_max=3, vocab_size=vocab)
+        return DraftLMProposer(weak_draft, vocab)
+
+    padded = Engine("dynamic", "test", verify_widths={2: 4, 3: 4})
+    runs = {}
+    for name, engine in (("plain", DYNAMIC), ("padded", padded)):
+        seen, hook = _widths_seen(target)
+        try:
+            out, stats = speculative_generate(
+                target, proposer(), prompt_ids, 40, gamma, GREEDY, eos_ids=eos, vocab_size=vocab, engine=engine
+            )
+        finally:
+            hook.remove()
+        runs[name] = (out, stats.accept_counts, stats.draft_counts, stats.proposed_tokens, seen)
+    assert runs["padded"][:4] == runs["plain"][:4]
+    assert {2, 3} & set(runs["plain"][4]) and not {2, 3} & set(runs["padded"][4]) and 4 in runs["padded"][4]
+
+
+def test_padded_verification_samples_the_targets_distribution(target, weak_draft, tokenizer, prompt_ids):
+    padded = Engine("dynamic", "test", verify_widths={2: 5, 3: 5})  # γ 2: a block of 3 runs as 5
+    proposer = DraftLMProposer(weak_draft, len(tokenizer))
+    assert_first_tokens_follow_the_target(target, proposer, prompt_ids[1], len(tokenizer), engine=padded)
