@@ -304,7 +304,8 @@ class Engine:
         static.compile_seconds += compile_seconds
         context = max(1, min(64, self.max_len - max(self.widths) - steps - 4))  # within the cache it was sized
         compiled = _plain_step_ms(target, StaticSlotCache(static, _device(target)), steps, context)
-        self.measured = {"compiled_ms": round(compiled, 2), "eager_ms": round(eager, 2)}
+        compiled, eager = round(compiled, 2), round(eager, 2)  # one figure in the reason and the report alike
+        self.measured = {"compiled_ms": compiled, "eager_ms": eager}
         self.probe = False
         if compiled <= margin * eager:
             self.reason = f"auto on a CPU: a plain step measured {compiled:.1f} ms compiled, {eager:.1f} ms eager"
