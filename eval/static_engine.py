@@ -295,7 +295,7 @@ class Engine:
                 f"auto on a CPU: a plain step takes {eager:.1f} ms eager, so compiling {len(self.widths)} block "
                 f"widths (~{compile_s:.0f} s) cannot pay back within this eval's {decode_tokens} decoded tokens"
             )
-            return _dynamic(target, reason, {"eager_ms": round(eager, 2)}, max(self.widths), steps)
+            return _dynamic(target, reason, {"eager_ms": round(eager, 2)}, max(self.widths), steps, decode_tokens)
         static = self.static_model(target, features=features)
         t0 = time.perf_counter()
         for _ in range(3):  # width 1 compiled (the other widths only if the static path is kept)
@@ -315,16 +315,22 @@ class Engine:
             model.close()
         self._models.clear()
         reason = f"auto on a CPU: a plain step measured {eager:.1f} ms eager, {compiled:.1f} ms compiled"
-        return _dynamic(target, reason, self.measured, max(self.widths), steps)
+        return _dynamic(target, reason, self.measured, max(self.widths), steps, decode_tokens)
 
 
 DYNAMIC = Engine("dynamic", "default")
 PAD_WIDTHS = 8  # widths timed at least up to this: a γ 2 block (3 tokens) may run faster as 5
+PAD_PAYBACK = 10  # widths are timed only in an eval decoding this many times the forwards timing them takes
 
 
-def _dynamic(target, reason: str, measured: dict, max_width: int, steps: int) -> Engine:
-    """The dynamic path auto chose, with each verification width padded up where a wider block measured faster."""
-    widths, times = padded_widths(target, max(max_width, PAD_WIDTHS), steps)
+def _dynamic(target, reason: str, measured: dict, max_width: int, steps: int, decode_tokens: int) -> Engine:
+    """The dynamic path auto chose, with each verification width padded up where a wider block measured faster.
+    Timing the widths takes ~max_width · steps forwards (11 s for SmolLM2 on 2 cores): an eval too short to win
+    that back (a smoke run, a test) decodes unpadded."""
+    width = max(max_width, PAD_WIDTHS)
+    if decode_tokens < PAD_PAYBACK * width * (steps + 2):
+        return Engine("dynamic", f"{reason}; widths not timed (too few tokens to repay it)", measured=measured)
+    widths, times = padded_widths(target, width, steps)
     measured = measured | {"width_ms": {str(w): round(t, 2) for w, t in times.items()}}
     return Engine("dynamic", reason, measured=measured, verify_widths=widths)
 

@@ -127,6 +127,7 @@ class RetrievalConfig:
 
     kind: str = "retrieval"
     max_tree_depth: int = 24  # deepest suffix-tree node: bounds matched context + draft length (as suffix decoding)
+    min_request_match: int = 1  # a draft from the prompt and the text so far needs a match of this many tokens
     min_store_match: int = 1  # a draft from the store needs a context match of at least this many tokens
     max_spec_factor: float = 4.0  # a match of m tokens drafts at most factor · m tokens (and at most γ)
     min_token_prob: float = 0.1  # a draft token needs at least this count-estimated probability

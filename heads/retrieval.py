@@ -26,7 +26,10 @@ from heads.errors import HeadsError
 from heads.settings_drafter import CONFIG, SettingsDrafter
 
 STORE = "store.safetensors"
-SETTINGS = ("max_tree_depth", "min_store_match", "max_spec_factor", "min_token_prob", "max_answers")
+SETTINGS = (
+    "max_tree_depth", "min_request_match", "min_store_match", "max_spec_factor", "min_token_prob", "max_answers"
+)  # fmt: skip
+EARLIER = {"min_request_match": 1}  # a setting an earlier export lacks: the value it was measured with
 
 
 def _whole(value, low: int) -> bool:
@@ -52,6 +55,7 @@ class RetrievalDrafter(SettingsDrafter):
     kind = "retrieval"
     title = "a retrieval drafter"
     max_tree_depth: int = 24
+    min_request_match: int = 1
     min_store_match: int = 1
     max_spec_factor: float = 4.0
     min_token_prob: float = 0.1
@@ -61,11 +65,13 @@ class RetrievalDrafter(SettingsDrafter):
     def __post_init__(self):
         if not _whole(self.max_tree_depth, 2):
             raise HeadsError(f"drafter.max_tree_depth={self.max_tree_depth!r}: set an integer ≥ 2 (match + draft)")
-        if not _whole(self.min_store_match, 1) or self.min_store_match >= self.max_tree_depth:
-            raise HeadsError(
-                f"drafter.min_store_match={self.min_store_match!r}: set an integer from 1 to max_tree_depth − 1 "
-                f"({self.max_tree_depth - 1}); a store match shorter than this drafts nothing"
-            )
+        for name in ("min_request_match", "min_store_match"):
+            value = getattr(self, name)
+            if not _whole(value, 1) or value >= self.max_tree_depth:
+                raise HeadsError(
+                    f"drafter.{name}={value!r}: set an integer from 1 to max_tree_depth − 1 "
+                    f"({self.max_tree_depth - 1}); a match shorter than this drafts nothing"
+                )
         if not _number(self.max_spec_factor) or self.max_spec_factor <= 0:
             raise HeadsError(f"drafter.max_spec_factor={self.max_spec_factor!r}: set a number > 0")
         if not _number(self.min_token_prob) or not 0 <= self.min_token_prob <= 1:
@@ -108,7 +114,7 @@ class RetrievalDrafter(SettingsDrafter):
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "RetrievalDrafter":
         """The settings and the store, refused unless the store's bytes hash to what config.json recorded."""
-        config, path = cls.read_settings(path), Path(path)
+        config, path = EARLIER | cls.read_settings(path), Path(path)
         missing = [name for name in (*SETTINGS, "store") if name not in config]
         if missing:
             raise HeadsError(f"{path / CONFIG} lacks {', '.join(missing)}; re-export the drafter")

@@ -7,7 +7,14 @@ greedy answer to the first), refused if any of them was distilled. The target de
 output is the target's own, so a step accepts the longest prefix of the draft that the decode continues with,
 and τ (tokens per target forward, the bonus token included) is exact without running the target again. It
 prints a table and one JSON line: τ of prompt lookup (vLLM's `ngram`, 2–5), of the retrieval drafter with no
-store (the request's own suffix tree), and with the first 1/8, 1/4, 1/2 and all of the answers.
+store (the request's own suffix tree), with the first 1/8, 1/4, 1/2 and all of the answers, and with all of them at
+each `--min-matches` pair (min_request_match:min_store_match).
+
+Each row also gives the speed-up its steps would take on this CPU's dynamic path: every step's verification width
+priced at the time the engine's probe measures for it (padded to a faster width as the engine pads,
+eval/static_engine.py), drafting free (a retrieval draft is a tree walk). A draft widens the verification, so a
+drafter that drafts after weak matches can reach a higher τ and a lower speed-up; this is where the family's
+default match lengths come from (train/results/smollm2.md).
 
     python scripts/bench_retrieval.py --data runs/smollm2/<ts>/data --num-prompts 24 --max-new-tokens 128
 """
@@ -18,6 +25,7 @@ import argparse
 import hashlib
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -28,11 +36,17 @@ FRACTIONS = (0.125, 0.25, 0.5, 1.0)
 
 
 def replayed_tau(proposer, prompts: list[list[int]], decodes: list[list[int]], gamma: int) -> float:
-    """τ of `proposer` when the target's greedy decodes are known: each step keeps the draft's longest prefix
-    that the decode continues with, plus the target's own next token."""
+    """τ of `proposer` when the target's greedy decodes are known (see `replay`)."""
+    tokens, widths = replay(proposer, prompts, decodes, gamma)
+    return tokens / sum(widths.values())
+
+
+def replay(proposer, prompts: list[list[int]], decodes: list[list[int]], gamma: int) -> tuple[int, Counter]:
+    """The tokens decoded and {verification width: steps} of `proposer` when the target's greedy decodes are known:
+    each step keeps the draft's longest prefix that the decode continues with, plus the target's own next token."""
     from eval.sampling import SamplingParams
 
-    greedy, tokens, steps = SamplingParams(), 0, 0
+    greedy, tokens, widths = SamplingParams(), 0, Counter()
     for prompt, decode in zip(prompts, decodes):
         proposer.reset(1)
         sequence, done = list(prompt), 0
@@ -46,8 +60,15 @@ def replayed_tau(proposer, prompts: list[list[int]], decodes: list[list[int]], g
             step = min(kept + 1, len(decode) - done)
             sequence += decode[done : done + step]
             proposer.accept([len(sequence)])
-            done, tokens, steps = done + step, tokens + step, steps + 1
-    return tokens / steps
+            done, tokens = done + step, tokens + step
+            widths[len(draft) + 1] += 1
+    return tokens, widths
+
+
+def priced_speedup(tokens: int, widths: Counter, width_ms: dict[int, float], padded: dict[int, int]) -> float:
+    """Tokens per plain-step time when each step costs its (padded) verification width's measured time."""
+    cost = sum(n * width_ms[padded.get(w, w)] for w, n in widths.items())
+    return tokens * width_ms[1] / cost
 
 
 def held_out_decodes(args, target, tokenizer, distilled) -> tuple[list[list[int]], list[list[int]]]:
@@ -84,8 +105,9 @@ def held_out_decodes(args, target, tokenizer, distilled) -> tuple[list[list[int]
     return prompts, decodes
 
 
-def contenders(answers: list[list[int]], vocab: int, settings: dict):
-    """(name, store tokens, proposer): prompt lookup, the retrieval drafter without a store, then growing stores."""
+def contenders(answers: list[list[int]], vocab: int, settings: dict, min_matches: list[tuple[int, int]]):
+    """(name, store tokens, proposer): prompt lookup, the retrieval drafter without a store, then growing stores,
+    then the whole store at each (min_request_match, min_store_match)."""
     from eval.proposers.ngram import NgramProposer
     from eval.proposers.retrieval import RetrievalProposer
     from heads.retrieval import RetrievalDrafter
@@ -95,6 +117,15 @@ def contenders(answers: list[list[int]], vocab: int, settings: dict):
         kept = answers[: round(fraction * len(answers))]
         drafter = RetrievalDrafter(**settings, answers=tuple(map(tuple, kept)))
         yield f"retrieval, {len(kept)} answers", drafter.store_tokens, RetrievalProposer(drafter, vocab_size=vocab)
+    for request, store in min_matches:
+        matches = {"min_request_match": request, "min_store_match": store}
+        drafter = RetrievalDrafter(**(settings | matches), answers=tuple(map(tuple, answers)))
+        name = f"retrieval, matches ≥ {request} / {store}"
+        yield name, drafter.store_tokens, RetrievalProposer(drafter, vocab_size=vocab)
+
+
+def _pairs(text: str) -> list[tuple[int, int]]:
+    return [tuple(int(n) for n in pair.split(":")) for pair in text.split(",") if pair]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -106,11 +137,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--gamma", type=int, default=4)
     parser.add_argument("--out", default="bench_out/retrieval", help="where the target's decodes are cached")
+    parser.add_argument(
+        "--min-matches", type=_pairs, default=_pairs("1:1,2:1,2:2,2:3,3:3"), help="request:store match lengths, ..."
+    )
     args = parser.parse_args(argv)
     machine.announce()
     from distill.config import TargetConfig
     from distill.shards import load_distilled
     from distill.target import load_target, load_tokenizer
+    from eval.static_engine import PAD_WIDTHS, padded_widths
     from heads.config import RetrievalConfig
     from train.stages.eval import answer_spans
 
@@ -121,20 +156,27 @@ def main(argv: list[str] | None = None) -> dict:
     answers = answer_spans(distilled)
     prompts, decodes = held_out_decodes(args, target, tokenizer, distilled)
     defaults = RetrievalConfig()  # the family's defaults: what an export drafts with
-    settings = {k: getattr(defaults, k) for k in ("max_tree_depth", "min_store_match", "max_spec_factor")}
-    settings["min_token_prob"] = defaults.min_token_prob
+    names = ("max_tree_depth", "min_request_match", "min_store_match", "max_spec_factor", "min_token_prob")
+    settings = {k: getattr(defaults, k) for k in names}
+    padded, width_ms = padded_widths(target, max(args.gamma + 1, PAD_WIDTHS), steps=12)
+    shown = {w: round(t, 1) for w, t in width_ms.items()}
+    print(f"verification widths (ms): {shown}", file=sys.stderr)
     rows = []
-    for name, store_tokens, proposer in contenders(answers, len(tokenizer), settings):
-        tau = replayed_tau(proposer, prompts, decodes, args.gamma)
-        rows.append({"drafter": name, "store_tokens": store_tokens, "tau": round(tau, 4)})
-        print(f"{name:32s} store {store_tokens:7d} tokens  τ {rows[-1]['tau']:.3f}", file=sys.stderr, flush=True)
+    for name, store_tokens, proposer in contenders(answers, len(tokenizer), settings, args.min_matches):
+        tokens, widths = replay(proposer, prompts, decodes, args.gamma)
+        tau, speed = tokens / sum(widths.values()), priced_speedup(tokens, widths, width_ms, padded)
+        rows.append({"drafter": name, "store_tokens": store_tokens, "tau": round(tau, 4), "speedup": round(speed, 3)})
+        line = f"{name:34s} store {store_tokens:7d} tokens  τ {tau:.3f}  priced speed-up {speed:.2f}×"
+        print(line, file=sys.stderr, flush=True)
     lookup = rows[0]["tau"]
     result = {
         "prompts": len(prompts),
         "max_new_tokens": args.max_new_tokens,
         "gamma": args.gamma,
+        "width_ms": {str(w): round(t, 2) for w, t in width_ms.items()},
         "rows": rows,
-        "tau_ratio_vs_prompt_lookup": round(rows[-1]["tau"] / lookup, 4),
+        "tau_ratio_vs_prompt_lookup": round(rows[1 + len(FRACTIONS)]["tau"] / lookup, 4),  # the whole store
+        "fastest": max(rows, key=lambda r: r["speedup"])["drafter"],
     }
     print(json.dumps(machine.with_machine(result)))
     return result

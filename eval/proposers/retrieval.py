@@ -34,7 +34,7 @@ class RetrievalProposer(SuffixProposer):
             suffix_decoding_max_spec_factor=drafter.max_spec_factor,
             suffix_decoding_min_token_prob=drafter.min_token_prob,
         )
-        self.min_store_match = drafter.min_store_match
+        self.min_request_match, self.min_store_match = drafter.min_request_match, drafter.min_store_match
         self.store = SuffixTree(drafter.max_tree_depth)
         for i, answer in enumerate(drafter.answers):
             self.store.extend(i, list(answer))
@@ -45,7 +45,7 @@ class RetrievalProposer(SuffixProposer):
         row = self._sync(b, sequence)
         pattern = sequence[-self.max_depth :]
         spec = (gamma, self.spec_factor, self.min_token_prob)
-        mine = row.tree.speculate(pattern, *spec, own=row.tree.suffix_ends(0))
+        mine = row.tree.speculate(pattern, *spec, own=row.tree.suffix_ends(0), min_match=self.min_request_match)
         stored = self.store.speculate(pattern, *spec, min_match=self.min_store_match)
         chosen, source = _choose(mine, stored)
         self.drafts_from[source] += 1

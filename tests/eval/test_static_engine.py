@@ -171,8 +171,11 @@ def test_auto_on_a_cpu_keeps_the_path_a_plain_step_measures_faster(micro_world, 
     target = AutoModelForCausalLM.from_pretrained(micro_world.target_dir).eval()  # its own copy: a fresh cache
     proposer = DraftLMProposer(weak_draft, len(tokenizer))
     kw = dict(tree=None, batch_size=1, max_len=128, widths=(1, 4))
-    short = choose_engine("auto", target, proposer, **kw).settle(target, decode_tokens=100)
-    assert short.name == "dynamic" and "cannot pay back within this eval's 100 decoded tokens" in short.reason
+    tiny = choose_engine("auto", target, proposer, **kw).settle(target, decode_tokens=100)
+    assert tiny.name == "dynamic" and "cannot pay back within this eval's 100 decoded tokens" in tiny.reason
+    assert tiny.reason.endswith("widths not timed (too few tokens to repay it)") and not tiny.verify_widths
+    short = choose_engine("auto", target, proposer, **kw).settle(target, decode_tokens=2000)
+    assert short.name == "dynamic" and "within this eval's 2000 decoded tokens" in short.reason
     width_ms = {int(w): t for w, t in short.describe()["probe"]["width_ms"].items()}  # every block width, timed
     assert sorted(width_ms) == list(range(1, PAD_WIDTHS + 1)) and short.verify_widths == pad_table(width_ms)
     settled = choose_engine("auto", target, proposer, **kw).settle(target, decode_tokens=10**9)  # compiling pays
