@@ -28,7 +28,7 @@ class Measurements:
     prompts: list[list[int]]  # the measured prompts (not the warm-up's)
     gammas: list[int]  # the γ values decoded (one for a tree: its shape is the tree)
     tree_depth: Optional[int]  # the proposer's; None = chains
-    ar: Tally  # both baseline repeats (the speed-up's denominator); outputs: the first repeat's
+    ar: Tally  # both baseline repeats (the speed-up's denominator); outputs: the first repeat's; stats: prefill
     spec: dict[int, Tally]  # per γ
     base_runs: tuple[list, list]  # per batch, (tokens, seconds) of the baseline before / after the speculative runs
     spreads: dict[int, dict]  # per γ, the speed-up's spread over batches (eval/timing.py)
@@ -57,7 +57,7 @@ class _Decoding:
         self.acceptance = Acceptance(cfg.acceptance, cfg.typical_threshold, cfg.typical_alpha)
         self.generator = torch.Generator(device=next(self.target.parameters()).device).manual_seed(cfg.seed)
 
-    def plain(self, batch: list[list[int]]) -> list[list[int]]:
+    def plain(self, batch: list[list[int]], stats: Optional[DecodeStats] = None) -> list[list[int]]:
         return autoregressive_generate(
             self.target,
             batch,
@@ -67,6 +67,7 @@ class _Decoding:
             vocab_size=self.vocab_size,
             generator=self.generator,
             engine=self.engine,
+            stats=stats,
         )
 
     def speculative(self, batch: list[list[int]], gamma: int) -> tuple[list[list[int]], DecodeStats]:
@@ -132,7 +133,7 @@ def measure(
                     spec[g].outputs += out
                     bar.set_postfix_str(f"γ={g}" if proposer.tree_depth is None else "tree", refresh=False)
                     bar.update(len(batch))
-            ar_out, seconds = _timed(decode.plain, batch)
+            ar_out, seconds = _timed(decode.plain, batch, ar.stats)  # its prefill timed apart too
             base_runs[repeat].append((sum(map(len, ar_out)), seconds))
             if not repeat:
                 ar.outputs += ar_out

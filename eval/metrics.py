@@ -49,9 +49,9 @@ def predicted_speedup_from_tau(tau: float, draft_cost_per_step: float, verify_co
     """τ / (v + drafting time per step ÷ a plain step), v = a verification forward ÷ a plain step.
 
     The speed-up the measured τ buys if drafting and verifying were the only costs. Unlike Leviathan's formula
-    it needs no i.i.d. acceptance, so its gap to the measured speed-up is the engine's own overhead (accepting,
-    the cache, the prefill). A verify of γ + 1 tokens costs 1.8× a plain step on a CPU's dynamic path and about
-    one on the compiled static path: pricing it as free predicted 1.11× where 0.57× was measured.
+    it needs no i.i.d. acceptance, so its gap to the measured decode speed-up (prefills apart) is the engine's own
+    overhead (accepting, the cache, the loop). A verify of γ + 1 tokens costs 1.8× a plain step on a CPU's dynamic
+    path and about one on the compiled static path: pricing it as free predicted 1.11× where 0.57× was measured.
     """
     return tau / (draft_cost_per_step + verify_cost)
 
@@ -89,18 +89,28 @@ def decode_figures(tally: Tally, ar: Tally, depth: int, is_chain: bool) -> dict:
     # 0, and the predicted speed-up is plain decoding's 1.
     cost_ratio = (s.draft_seconds / s.proposed_tokens) / target_per_forward if s.proposed_tokens else 0.0
     draft_per_step = s.draft_seconds / s.target_forwards
-    plain_step = ar.seconds / ar.tokens  # plain decoding's time per token on the same path (its prefill included)
+    # A plain decoding step on the same path, its prefill apart (a baseline timed before prefills were: included).
+    # Both sides pay the prompts' prefill: it is priced apart, as the share of plain decoding's time it takes.
+    ar_prefill = ar.stats.prefill_seconds
+    plain_step = (ar.seconds - ar_prefill) / ar.tokens
     verify_cost, draft_cost = target_per_forward / plain_step, draft_per_step / plain_step
+    from_tau = predicted_speedup_from_tau(summary["tau"], draft_cost, verify_cost)
+    prefill_share = ar_prefill / ar.seconds
     return {
         "tau": summary["tau"],
         "alpha": summary["alpha"],
         "per_position_acceptance": summary["per_position_acceptance"],
-        "speedup": (tally.tokens / tally.seconds) / (ar.tokens / ar.seconds),
+        "speedup": (tally.tokens / tally.seconds) / (ar.tokens / ar.seconds),  # end to end: what a user waits
+        # the decoding alone, each side's prefill apart: what τ / (v + γ·c) predicts
+        "decode_speedup": tally.tokens / (tally.seconds - s.prefill_seconds) * plain_step,
+        "prefill_share": prefill_share,  # of plain decoding's time: it bounds the end-to-end speed-up
         # Leviathan et al.'s formula assumes i.i.d. acceptance over a chain; it has no meaning for trees.
         "predicted_speedup": (
             predicted_speedup(summary["alpha"], depth, cost_ratio * verify_cost, verify_cost) if is_chain else None
         ),
-        "predicted_speedup_from_tau": predicted_speedup_from_tau(summary["tau"], draft_cost, verify_cost),
+        "predicted_speedup_from_tau": from_tau,
+        # the same with the prefill both sides pay: 1 / (p + (1 − p) / (τ / (v + γ·c))), p its share
+        "predicted_speedup_end_to_end": 1 / (prefill_share + (1 - prefill_share) / from_tau) if from_tau else 0.0,
         "cost_ratio": cost_ratio,
         "verify_cost": verify_cost,  # v: a verification forward (γ + 1 tokens) ÷ a plain step
         "draft_cost_per_step": draft_cost,  # γ·c: drafting time per step ÷ a plain step

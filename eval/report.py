@@ -190,6 +190,7 @@ def render_markdown(r: dict) -> str:
     best_gamma = _fmt(r["recommended_num_speculative_tokens"], "d")
     warnings = "".join(f"\n\n> ⚠️ {w}" for w in speed_warnings(r))
     ms = {k: v * 1e3 for k, v in r["seconds_per_step"].items()}
+    share, end_to_end = _fmt(r.get("prefill_share"), ".0%"), _fmt(r.get("predicted_speedup_end_to_end"))
     text = f"""# Speculative decoding report
 
 Drafter `{r["drafter"]}` ({r["kind"]}) on target `{r["target"]}`; {s["num_prompts"]} prompts,
@@ -202,9 +203,11 @@ acceptance: {r["acceptance_rule"]}.
 | α (draft acceptance rate) | {r["alpha"]:.3f} |
 | speedup vs our KV-cached autoregressive decoding (95% interval over prompts) | {speedup_text(r)} |
 | median per-prompt speedup | {_fmt((r.get("speedup_spread") or {}).get("median"))}× |
+| decoding speedup (each side's prompt prefill apart) | {_fmt(r.get("decode_speedup"))}× |
 | predicted speedup (Leviathan et al. 2023, from α, c and v) | {_fmt(r["predicted_speedup"])}× |
-| predicted speedup τ / (v + γ·c) from the measured τ | {r["predicted_speedup_from_tau"]:.3f}× |
-| verify cost v (a verification forward of γ + 1 tokens ÷ a plain step) | {_fmt(r.get("verify_cost"))} |
+| predicted decoding speedup τ / (v + γ·c) from the measured τ | {r["predicted_speedup_from_tau"]:.3f}× |
+| predicted end to end, with the prefill's share p of plain decoding ({share}) | {end_to_end}× |
+| verify cost v (a verification forward of γ + 1 tokens ÷ a plain step, prefill apart) | {_fmt(r.get("verify_cost"))} |
 | cost ratio c (drafter s/token ÷ target s/forward) | {r["cost_ratio"]:.3f} |
 | speculative tokens/s | {r["tokens_per_second"]["speculative"]:.1f} |
 | autoregressive tokens/s | {r["tokens_per_second"]["autoregressive"]:.1f} |

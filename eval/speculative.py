@@ -306,10 +306,17 @@ def autoregressive_generate(
     vocab_size: int,
     generator=None,
     engine: Engine = DYNAMIC,
+    stats: Optional[DecodeStats] = None,
 ) -> list[list[int]]:
-    """Plain KV-cached decoding, one target forward per token: the speed-up baseline (on the same engine path)."""
-    cache = engine.cache(target, len(prompts), next(target.parameters()).device)
+    """Plain KV-cached decoding, one target forward per token: the speed-up baseline (on the same engine path).
+
+    stats: where its prefill's seconds are added, so that a plain decoding step is priced without them."""
+    device = next(target.parameters()).device
+    cache = engine.cache(target, len(prompts), device)
+    started = _now(device)
     logits = cache.feed(target, prompts, logits_to_keep=1).logits[:, -1, :vocab_size]  # (B, V)
+    if stats is not None:
+        stats.prefill_seconds += _now(device) - started
     generated = [[] for _ in prompts]
     done = [False] * len(prompts)
     for _ in range(max_new_tokens):

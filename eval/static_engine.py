@@ -95,15 +95,19 @@ class StaticModel:
         """The fixed width a block of m tokens runs at (padded up), or None: run eagerly (a prompt)."""
         return next((w for w in self.widths if w >= m), None)
 
-    def run(self, input_ids: torch.Tensor, start: int, hidden_states: bool = False) -> "_Output":
+    def run(
+        self, input_ids: torch.Tensor, start: int, hidden_states: bool = False, logits_to_keep: int = 0
+    ) -> "_Output":
         """Forward a (1, m) block at positions start … start+m−1: logits (1, m, V) for the real tokens, and with
-        hidden_states (a model built with features) every layer's states (1, m, H) as HF's hidden_states."""
+        hidden_states (a model built with features) every layer's states (1, m, H) as HF's hidden_states.
+        logits_to_keep: a prompt's eager forward computes only the last ones (0: all; compiled widths keep all)."""
         if hidden_states and not self.features:
             raise EvalError("the static engine was built without the target's features (a bug if seen)")
         m = input_ids.shape[1]
         width = self.width_for(m)
-        if width is None:  # a prompt: eager, at its own length
-            return _Output.of(self._forward(self.model, input_ids, start, hidden_states), last=self.last.pop("N", None))
+        if width is None:  # a prompt: eager, at its own length (the LM head over its last positions alone)
+            out = self._forward(self.model, input_ids, start, hidden_states, logits_to_keep)
+            return _Output.of(out, last=self.last.pop("N", None))
         if width > m:  # padding: its slots lie past the verified length, rewritten before they are read
             input_ids = torch.cat([input_ids, input_ids.new_zeros(1, width - m)], dim=1)
         if self.on_gpu and self.forward_compiled is not None:
@@ -114,7 +118,7 @@ class StaticModel:
         out = self._forward(self.forward_compiled or self.model, input_ids, start, hidden_states)
         return _Output.of(out, m, last=self.last.pop("N", None))
 
-    def _forward(self, forward, input_ids: torch.Tensor, start: int, hidden_states: bool = False):
+    def _forward(self, forward, input_ids: torch.Tensor, start: int, hidden_states: bool = False, logits_to_keep=0):
         """One forward at positions start …; the mask shows the slots up to the block's end (a static shape).
 
         Without it transformers would skip the mask of a one-token query and attend to all max_len slots.
@@ -132,6 +136,7 @@ class StaticModel:
                 past_key_values=self.cache,
                 use_cache=True,
                 output_hidden_states=hidden_states,
+                **({"logits_to_keep": logits_to_keep} if logits_to_keep else {}),  # never traced: graphs keep all
             )
 
     def precompile(self) -> float:
@@ -179,7 +184,8 @@ class StaticSlotCache:
     def forward(self, model, input_ids: torch.Tensor, parents=None, input_valid=None, **kwargs):
         if parents is not None or input_valid is not None or input_ids.shape[0] != 1:
             raise EvalError("the static engine decodes one row of chains (a bug if seen)")
-        out = self.static.run(input_ids, self.length, bool(kwargs.get("output_hidden_states")))
+        keep = kwargs.get("logits_to_keep") or 0
+        out = self.static.run(input_ids, self.length, bool(kwargs.get("output_hidden_states")), keep)
         self.length += input_ids.shape[1]
         return (
             out if kwargs.get("logits_to_keep") != 1 else _Output(out.logits[:, -1:], out.hidden_states, out.last_layer)

@@ -121,7 +121,7 @@ def test_every_smollm2_bakeoff_contender_fits_smollm2(smollm2, tmp_path):
     with initialize_config_module(config_module="conf", version_base=None):
         shared = compose("config", overrides=["recipe=smollm2_bakeoff"])
         contenders = {n: contender_config(n, shared, tmp_path / n, serve=None) for n in shared.bakeoff.recipes}
-    assert len(contenders) == 12
+    assert len(contenders) == 13
     config = AutoConfig.from_pretrained(resolve_target(OmegaConf.to_object(shared).target))
     kinds = set()
     for name, cfg in contenders.items():
@@ -134,7 +134,7 @@ def test_every_smollm2_bakeoff_contender_fits_smollm2(smollm2, tmp_path):
         assert layer_ids in (None, [2, 15, 27]), name
     assert kinds == {
         "draft_lm", "medusa", "eagle3", "pard", "peagle", "dflash", "dspark", "dflash2", "ngram", "suffix",
-        "lookahead", "layer_skip",
+        "lookahead", "layer_skip", "retrieval",
     }  # fmt: skip
 
 

@@ -188,6 +188,10 @@ def contender_row(name: str, run_dir: Path, train: dict, report: dict) -> dict:
         "gamma": report["settings"]["num_speculative_tokens"],  # a contender's own override may differ
         # τ at which it would pay on this path: verifying γ + 1 tokens plus drafting, in plain steps (v + γ·c)
         "break_even_tau": _break_even_tau(report),
+        # the decoding alone (prefills apart) and what τ / (v + γ·c) predicts for it: their gap is the engine's
+        "verify_cost": report.get("verify_cost"),
+        "decode_speedup": report.get("decode_speedup"),
+        "predicted_speedup_from_tau": report.get("predicted_speedup_from_tau"),
         "draft_forwards_per_step": report["draft_forwards_per_step"],
         "lossless": report["lossless"],
         "parameters": train["parameters"],
@@ -322,20 +326,20 @@ def write_comparison(out: Path, comparison: dict, show: bool = True) -> None:
 def _table(rows: list[dict], served) -> list[str]:
     load = any(r.get("break_even") for r in rows)
     head = (
-        "| recipe | drafter | γ | τ | α | c | drafter forwards/step | speed-up (95% interval) | lossless | parameters "
-        "| training | training data |"
+        "| recipe | drafter | γ | τ | α | c | drafter forwards/step | speed-up (95% interval) | v "
+        "| decoding speed-up (τ/(v+γc)) | lossless | parameters | training | training data |"
         + (" served τ | served check | served speed-up (95% interval) |" if served else "")
         + (" break-even load (vllm serve) |" if load else "")
     )
     rule = (
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         + ("---|---|---|" if served else "")
         + ("---|" if load else "")
     )
     return [head, rule] + [
         f"| {r['recipe']} | {r['kind']} | {r.get('gamma', '–')} | {r['tau']:.2f} | {r['alpha']:.3f} "
         f"| {r['cost_ratio']:.3f} "
-        f"| {r['draft_forwards_per_step']:.1f} | {speedup_text(r)} "
+        f"| {r['draft_forwards_per_step']:.1f} | {speedup_text(r)} | {_decoding(r)} "
         f"| {'yes' if r['lossless'] else 'NO'} | {r['parameters'] / 1e6:.2f} M | {_training(r)} "
         f"| {_data(r.get('training_data'))} |"
         + (
@@ -348,6 +352,14 @@ def _table(rows: list[dict], served) -> list[str]:
         + (f" {break_even_short({'break_even': r['break_even']} if r.get('break_even') else None)} |" if load else "")
         for r in rows
     ]
+
+
+def _decoding(row: dict) -> str:
+    """v, and the measured decoding speed-up beside τ / (v + γ·c); – for a row from before prefills were timed
+    apart (its v priced a plain step with a share of the prefill)."""
+    if row.get("decode_speedup") is None:
+        return "– | –"
+    return f"{row['verify_cost']:.2f} | {row['decode_speedup']:.2f}× ({row['predicted_speedup_from_tau']:.2f}×)"
 
 
 def _training(row: dict) -> str:

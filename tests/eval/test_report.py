@@ -53,6 +53,7 @@ def test_per_category_figures_sum_to_the_totals(tmp_path, target, weak_draft, to
         )
         assert c["speedup_spread"]["low"] <= c["speedup"] <= c["speedup_spread"]["high"]  # its point, inside
     assert report["seconds_per_step"]["prefill"] > 0  # timed apart from the loop
+    assert 0 < report["prefill_share"] < 1 and report["decode_speedup"] > 0  # the baseline's prefill, timed apart too
     assert "| qa | 3 |" in render_markdown(report) and "plain decoding pays it too" in render_markdown(report)
     assert json.loads((tmp_path / "eval_report.json").read_text())["categories"] == per
     plain = evaluate(target, proposer, prompt_ids[:2], cfg, eos, len(tokenizer), names, progress=False)
@@ -69,6 +70,23 @@ def test_the_step_time_parts_add_up_to_the_wall_time():
     ]
     assert per_step["prefill"] == pytest.approx(1.5 / 4) and per_step["other"] == pytest.approx(1.0 / 4)
     assert sum(per_step.values()) * 4 == pytest.approx(6.0)
+
+
+def test_verification_is_priced_against_a_plain_step_with_its_prefill_apart():
+    """v compares a verification forward with a plain decoding step, not with a step plus a share of the prompts'
+    prefill; τ / (v + γ·c) then predicts the decoding speed-up, and the prefill's share turns it into the end to
+    end one (a short answer's prefill hid a quarter of the gap on SmolLM2)."""
+    stats = DecodeStats(accept_counts=[1, 1, 1, 1], draft_seconds=1.0, target_seconds=2.0, prefill_seconds=1.5)
+    stats.target_forwards, stats.proposed_tokens = 4, 8
+    plain = Tally(DecodeStats(prefill_seconds=2.0), seconds=8.0, tokens=8)  # 0.75 s per plain step after prefill
+    figures = decode_figures(Tally(stats, seconds=6.0, tokens=8), plain, 2, True)
+    assert figures["verify_cost"] == pytest.approx(0.5 / 0.75)
+    assert figures["draft_cost_per_step"] == pytest.approx(1 / 3)
+    assert figures["predicted_speedup_from_tau"] == pytest.approx(2.0)  # τ 2 / (v + γc = 1)
+    assert figures["decode_speedup"] == pytest.approx((8 / 4.5) / (8 / 6))
+    assert figures["speedup"] == pytest.approx(4 / 3)
+    assert figures["prefill_share"] == pytest.approx(0.25)
+    assert figures["predicted_speedup_end_to_end"] == pytest.approx(1 / (0.25 + 0.75 / 2.0))
 
 
 def test_benchmarks_named_by_their_categories_get_figures_of_their_own(target, weak_draft, tokenizer, prompt_ids):

@@ -47,6 +47,20 @@ def test_rejected_and_padded_slots_are_rewritten_before_they_are_read(target, pr
     assert padded and kept_short  # both kinds of stale slot were left behind and then overwritten
 
 
+@torch.no_grad()
+def test_a_prompts_forward_computes_only_the_logits_it_is_asked_for(target, prompt_ids):
+    """A prompt runs eagerly at its own length; the LM head over all its positions (49k-token vocabularies) is
+    wasted work both the baseline and the speculative decode paid in every prefill: the last logits alone, equal."""
+    static = StaticModel(target, max_len=160, widths=(1, 4), compile=False)
+    cache = StaticSlotCache(static, torch.device("cpu"))
+    ids = torch.tensor([prompt_ids[0][:30]])
+    full = static.run(ids, 0).logits
+    last = cache.forward(target, ids, logits_to_keep=1).logits
+    assert full.shape[1] == 30 and last.shape[1] == 1 and cache.lengths() == [30]
+    torch.testing.assert_close(last[0, -1], full[0, -1])
+    assert static.run(ids, 0, logits_to_keep=1).logits.shape[1] == 1  # computed so, not cut afterwards
+
+
 def test_the_cache_lengths_are_set_in_inference_mode_where_transformers_allocates_them_so(target, prompt_ids):
     """transformers 5.17 allocates StaticCache's length counters as inference tensors (seen on an H100): setting
     them outside inference mode raised, so the static path failed on the first GPU eval."""

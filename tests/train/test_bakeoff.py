@@ -210,6 +210,9 @@ def test_bakeoff_trains_every_family_on_the_same_data_and_evaluates_them_alike(t
     text = (root / "bakeoff" / "comparison.md").read_text()
     assert f"**Recommended: `{best['recipe']}` ({best['kind']})**" in text and "## Workload `repeated_requests`" in text
     assert any(f"**{outcome}" in text for outcome in ("Training paid off", "Training did not pay off", "A tie"))
+    for r in rows:  # the cost model beside what it predicts: v, the decoding speed-up and τ / (v + γ·c)
+        decoding = f"{r['decode_speedup']:.2f}× ({r['predicted_speedup_from_tau']:.2f}×)"
+        assert f"| {r['verify_cost']:.2f} | {decoding} |" in text, r["recipe"]
     # the registry: each contender once (as evaluated on the first workload), the leaderboard its figures
     index = {r["model_name"]: r for r in read_index(tmp_path / "hub")}
     assert sorted(index) == sorted(f"{r['recipe']}-{r['kind']}" for r in rows)
