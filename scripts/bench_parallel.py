@@ -51,7 +51,7 @@ def main() -> None:
     from eval.prompts import prompt_ids
     from eval.proposers import load_proposer
     from eval.sampling import SamplingParams
-    from eval.speculative import autoregressive_generate, speculative_generate
+    from eval.speculative import DecodeStats, autoregressive_generate, speculative_generate
 
     torch.set_num_threads(args.threads)
     target_cfg = TargetConfig(name_or_path=args.target)
@@ -74,12 +74,13 @@ def main() -> None:
     with torch.inference_mode():
         for i, ids in enumerate(prompts):
             timed = i >= 2  # two warm-up prompts
-            t0 = time.perf_counter()
+            t0, plain = time.perf_counter(), DecodeStats()  # its prefill timed apart, as eval times it
             expected = autoregressive_generate(
-                target, [ids], args.max_new_tokens, greedy, eos_ids=eos, vocab_size=vocab
+                target, [ids], args.max_new_tokens, greedy, eos_ids=eos, vocab_size=vocab, stats=plain
             )[0]
             if timed:
                 ar.seconds, ar.tokens = ar.seconds + time.perf_counter() - t0, ar.tokens + len(expected)
+                ar.stats.add(plain)
             for name, (proposer, _, gamma) in contenders.items():
                 for tally, g in ((at_gamma[name], gamma), (at_one[name], 1)):
                     t0 = time.perf_counter()

@@ -97,7 +97,7 @@ def main() -> None:
     from eval.metrics import Tally, decode_figures
     from eval.proposers.draft_lm import DraftLMProposer
     from eval.sampling import SamplingParams
-    from eval.speculative import autoregressive_generate, speculative_generate
+    from eval.speculative import DecodeStats, autoregressive_generate, speculative_generate
     from eval.static_engine import DYNAMIC, choose_engine
 
     drafter = args.drafter or _newest_toy_drafter()
@@ -161,13 +161,15 @@ def main() -> None:
 
         return run
 
+    def plain(ids):  # its prefill timed apart, as eval times it
+        stats = DecodeStats()
+        out = autoregressive_generate(
+            target, [ids], args.max_new_tokens, greedy, eos_ids={eos}, vocab_size=vocab, engine=engine, stats=stats
+        )
+        return out[0], stats
+
     runs = {
-        "ours_autoregressive": lambda ids: (
-            autoregressive_generate(
-                target, [ids], args.max_new_tokens, greedy, eos_ids={eos}, vocab_size=vocab, engine=engine
-            )[0],
-            None,
-        ),
+        "ours_autoregressive": plain,
         "ours_speculative": ours(proposer, engine),
         "hf_assisted": lambda ids: (_hf_generate(target, ids, args.max_new_tokens, eos, pad, draft), None),
         "hf_autoregressive": lambda ids: (_hf_generate(target, ids, args.max_new_tokens, eos, pad), None),
