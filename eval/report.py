@@ -175,6 +175,31 @@ def _prefill_text(ms: dict) -> str:
     return f"{prefill}, loop {ms['other']:.2f} ms"
 
 
+def _sweep_markdown(sweep_rows: list[dict]) -> str:
+    """The γ sweep's section of report.md ("" without a sweep)."""
+    if not sweep_rows:
+        return ""
+    sweep = "\n".join(
+        f"| {g['num_speculative_tokens']} | {g['tau']:.3f} | {g['alpha']:.3f} | {speedup_text(g)} "
+        f"| {_fmt(g['predicted_speedup'])}× | {g['cost_ratio']:.3f} | {g['draft_forwards_per_step']:.2f} "
+        f"| {_fmt(g.get('block_cost'))} |"
+        for g in sweep_rows
+    )
+    return f"""
+## γ sweep
+Same prompts, decoded at each γ; the recommended `num_speculative_tokens` is the fastest (the highest
+predicted from τ and cost when the timing was noisy). Speed-ups carry their 95% interval. Block cost:
+drafting time per step ÷ that at γ = 1 (≈ γ when each token takes a drafter forward, ≈ 1 when the
+block is drafted in one).
+
+| γ | τ | α | speedup | predicted | c | drafter forwards/step | block cost |
+|---|---|---|---|---|---|---|---|
+{sweep}
+
+![τ and speedup vs γ](gamma_sweep.png)
+"""
+
+
 def render_markdown(r: dict) -> str:
     s = r["settings"]
     if s["tree"] == "drafter":
@@ -230,26 +255,7 @@ Share of steps that accepted at least i draft tokens.
 
 ![per-position acceptance](acceptance.png)
 """
-    if r["gamma_sweep"]:
-        sweep = "\n".join(
-            f"| {g['num_speculative_tokens']} | {g['tau']:.3f} | {g['alpha']:.3f} | {speedup_text(g)} "
-            f"| {_fmt(g['predicted_speedup'])}× | {g['cost_ratio']:.3f} | {g['draft_forwards_per_step']:.2f} "
-            f"| {_fmt(g.get('block_cost'))} |"
-            for g in r["gamma_sweep"]
-        )
-        text += f"""
-## γ sweep
-Same prompts, decoded at each γ; the recommended `num_speculative_tokens` is the fastest (the highest
-predicted from τ and cost when the timing was noisy). Speed-ups carry their 95% interval. Block cost:
-drafting time per step ÷ that at γ = 1 (≈ γ when each token takes a drafter forward, ≈ 1 when the
-block is drafted in one).
-
-| γ | τ | α | speedup | predicted | c | drafter forwards/step | block cost |
-|---|---|---|---|---|---|---|---|
-{sweep}
-
-![τ and speedup vs γ](gamma_sweep.png)
-"""
+    text += _sweep_markdown(r["gamma_sweep"])
     gamma = s["num_speculative_tokens"] if not s["tree"] else None
     if r.get("workloads"):
         text += _categories_markdown(r["workloads"], gamma, ("workload", "workloads"))

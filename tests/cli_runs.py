@@ -8,7 +8,7 @@ import io
 import sys
 
 from conf.cli import run_cli
-from tests.conftest import REPO
+from tests.conftest import import_script
 
 
 def run_app(name: str, argv: list[str]) -> tuple[int, str, str]:
@@ -33,11 +33,7 @@ def run_app(name: str, argv: list[str]) -> tuple[int, str, str]:
 
 def run_push(argv: list[str]) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of `python scripts/push_to_hub.py *argv`."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        from push_to_hub import main
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    main = import_script("push_to_hub").main
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main([str(a) for a in argv])

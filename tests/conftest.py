@@ -121,6 +121,18 @@ def weak_draft(target, micro_world):
 REPO = Path(__file__).resolve().parents[1]
 
 
+def import_script(name: str):
+    """A module of scripts/ (not a package: imported with that folder on the path for the import alone)."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+
+
 @pytest.fixture(scope="session")
 def standin(tmp_path_factory):
     """build_standin by name, each built once per session: `standin("qwen3").path` (tests/standins.py)."""

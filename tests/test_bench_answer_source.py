@@ -4,11 +4,10 @@ trained at equal steps and measured on held-out prompts; the dataset's run train
 from __future__ import annotations
 
 import json
-import sys
 
 from eval import machine
 from tests.cli_runs import run_app
-from tests.conftest import REPO
+from tests.conftest import import_script
 
 ROWS = [{"prompt": f"def f{i}(x):\n", "completion": f"    return x + {i}\n"} for i in range(8)]
 TINY = [
@@ -22,11 +21,7 @@ TINY = [
 
 
 def test_the_target_and_the_dataset_answer_the_same_prompts_at_equal_steps(tmp_path, micro_world):
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import bench_answer_source as bench
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    bench = import_script("bench_answer_source")
     from distill.shards import load_distilled
 
     prompts, held_out = tmp_path / "answered.jsonl", tmp_path / "held_out.jsonl"

@@ -3,22 +3,16 @@ those steps take when each verification width is priced as the engine's probe me
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import import_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import bench_retrieval
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
-    return bench_retrieval
+    return import_script("bench_retrieval")
 
 
 def test_replay_keeps_the_drafts_prefix_the_decode_continues_with(bench):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, import_script
 
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
 
@@ -34,11 +34,7 @@ def test_the_check_trains_and_evaluates_each_family_and_prints_one_json_line(tmp
         assert low <= high and family["speedup"] == round(report["speedup"], 3)
     # The device-vs-CPU comparison a GPU run makes: the same export measured again by python -m eval on the
     # CPU in fp32 gives the same τ (here both sides are the CPU, so exactly).
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        from gpu_check import _cpu_tau
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    _cpu_tau = import_script("gpu_check")._cpu_tau
     run_dir = tmp_path / "toy_draft"
     report = json.loads((run_dir / "eval" / "eval_report.json").read_text())
     assert _cpu_tau(run_dir, report) == report["tau"]
@@ -65,11 +61,7 @@ def test_the_check_refuses_what_it_cannot_run_in_one_line(tmp_path):
 def test_the_cpu_remeasure_reads_the_prompts_the_pipeline_measured():
     # the main job measures named sets (MT-Bench + HumanEval), not the toy world's file: the CPU re-measure must
     # decode the same ones, and a held-out slice (drawn inside its run) is refused rather than replaced
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        from gpu_check import _prompt_args
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    _prompt_args = import_script("gpu_check")._prompt_args
     named = {"source": "mt_bench+humaneval", "split": None, "held_out_slice": False, "what": "x", "column": None}
     assert _prompt_args({"prompts": named, "target": "package:x"}) == ["prompts=mt_bench+humaneval"]
     split = {**named, "source": "/d/prompts", "split": "test", "column": "question"}

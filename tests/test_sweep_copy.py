@@ -1,18 +1,13 @@
 """scripts/sweep_copy.py: the copy sweep trains with the builder's loop and scores answers exactly as documented."""
 
 import json
-import sys
 
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.conftest import import_script
 
-sys.path.insert(0, str(REPO / "scripts"))
-try:
-    import sweep_copy
-finally:
-    sys.path.remove(str(REPO / "scripts"))
+sweep_copy = import_script("sweep_copy")
 
 # the chat world's recipe shrunk to seconds: a small corpus and target, two steps
 SMALL = {"corpus_bytes": 200_000, "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128}

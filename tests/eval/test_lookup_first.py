@@ -1,8 +1,6 @@
 """Lookup-first drafting: the retrieval store's draft where it matched a long context, EAGLE-3's elsewhere; exact
 decoding either way, and the learned drafter idle on the steps the lookup covers."""
 
-import sys
-
 import pytest
 import torch
 
@@ -96,13 +94,9 @@ def test_the_benchmark_decodes_every_contender_between_two_plain_decodes(
 ):
     """scripts/bench_lookup_first.py's measurement: per prompt plain, each contender, plain; every output checked
     against the greedy reference, τ from the target forwards, and which part drafted each step."""
-    from tests.conftest import REPO
+    from tests.conftest import import_script
 
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import bench_lookup_first as bench
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    bench = import_script("bench_lookup_first")
     vocab, eos = len(tokenizer), {tokenizer.eos_token_id}
     built = {
         "eagle3": (EagleProposer(eagle, vocab), 2),

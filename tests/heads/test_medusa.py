@@ -182,15 +182,10 @@ def test_original_medusa_checkpoints_are_refused_by_name_and_convert_exactly(tmp
 def _convert(src, dst, target_dir):
     import contextlib
     import io
-    import sys
 
-    from tests.conftest import REPO
+    from tests.conftest import import_script
 
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        from convert_medusa import main
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    main = import_script("convert_medusa").main
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         code = main([str(src), str(dst), "--target", str(target_dir)])

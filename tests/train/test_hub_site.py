@@ -19,7 +19,7 @@ from heads.families import FAMILIES
 from heads.formats import ENGINE_NAMES
 from heads.ngram import NgramDrafter
 from tests.cli_runs import run_push
-from tests.conftest import REPO
+from tests.conftest import import_script
 from tests.eval.load_results import LOAD
 from tests.train.publishing import SERVED, published_drafter, sweep_row
 from train.registry import site as hub_site
@@ -266,14 +266,7 @@ def test_bad_site_requests_are_one_line(tmp_path):
 
 
 def _screenshots():
-    import sys
-
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import site_screenshots
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
-    return site_screenshots
+    return import_script("site_screenshots")
 
 
 def _served(directory: Path):
