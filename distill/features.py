@@ -31,10 +31,18 @@ def final_hidden_states(
 
 
 @contextmanager
-def lm_head_input(target) -> Iterator[list[torch.Tensor]]:
-    """A list that receives what the target's lm_head reads, in each forward inside the block."""
+def lm_head_input(target, logits: bool = True) -> Iterator[list[torch.Tensor]]:
+    """A list that receives what the target's lm_head reads, in each forward inside the block.
+
+    logits=False: the lm_head then runs on the last position alone (its logits are not wanted: over SmolLM2's 49k
+    vocabulary at every position it is a fifth of the forward)."""
     captured: list[torch.Tensor] = []
-    hook = target.get_output_embeddings().register_forward_pre_hook(lambda module, args: captured.append(args[0]))
+
+    def capture(module, args):
+        captured.append(args[0])
+        return None if logits else (args[0][..., -1:, :], *args[1:])
+
+    hook = target.get_output_embeddings().register_forward_pre_hook(capture)
     try:
         yield captured
     finally:
@@ -46,8 +54,8 @@ def layer_and_final_features(
     target, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, layer_ids: tuple[int, ...] | list[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """layer_features and the lm_head inputs of final_hidden_states from one forward (offline features store both;
-    two forwards made writing them take twice as long)."""
-    with lm_head_input(target) as captured:
+    two forwards made writing them take twice as long); no logits, so the lm_head does not run over every position."""
+    with lm_head_input(target, logits=False) as captured:
         features, _ = layer_features(target, input_ids, attention_mask, layer_ids)
     return features, captured[0]
 

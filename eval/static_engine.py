@@ -69,7 +69,10 @@ class StaticModel:
         # target, for ~20-35 s of compiling per width (cached on disk by inductor for later runs).
         self.on_gpu = on_gpu = device.type == "cuda"
         mode = "reduce-overhead" if on_gpu else None
-        self.inductor = {} if on_gpu else {"freezing": True, "max_autotune": True}  # set while compiling
+        # Autotuning asks only inductor's C++ micro-GEMMs: they beat MKL at every shape of SmolLM2 autotuned on AVX2
+        # (2-3x on these skinny products), and benchmarking MKL too took a fifth of the compile (170 -> 131 s for
+        # width 1 on AVX2, the step as fast); `Engine.settle`'s probe still keeps eager where compiling loses.
+        self.inductor = {} if on_gpu else {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP"}
         if compile:
             use_compile_cache()  # kernels kept between runs, keyed by torch and the CPU class
         compiled = torch.compile(model.forward, dynamic=False, fullgraph=True, mode=mode) if compile else None
