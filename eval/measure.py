@@ -1,8 +1,9 @@
 """The measurement: autoregressive and speculative decodes of the same prompts, interleaved, and their spreads.
 
-Each batch is decoded autoregressively, then speculatively at every γ, then autoregressively again: machine
-noise hits every side alike, and the gap between the two baseline runs says how noisy the machine was
-(eval/timing.py). The report is computed from what this returns (eval/report.py: build_report).
+Each batch is decoded autoregressively, then speculatively at every γ (by every drafter measured together),
+then autoregressively again: machine noise hits every side alike, and the gap between the two baseline runs says
+how noisy the machine was (eval/timing.py). The report is computed from what this returns (eval/report.py:
+build_report).
 """
 
 from __future__ import annotations
@@ -86,75 +87,102 @@ class _Decoding:
         )
 
 
-def measure(
+@dataclass(frozen=True)
+class Contender:
+    """One drafter of a measurement: its proposer, its eval settings (its own γ) and the γ values it decodes."""
+
+    proposer: Proposer
+    cfg: EvalConfig
+    gammas: list[int]
+
+
+def measure_together(
     target,
-    proposer: Proposer,
+    contenders: list[Contender],
     engine: Engine,
-    cfg: EvalConfig,
-    gammas: list[int],
     warmup: list[list[int]],
     prompts: list[list[int]],
     eos_ids: set[int],
     vocab_size: int,
     categories: Optional[list[Optional[str]]] = None,
-    *,
     progress: bool = True,
-) -> Measurements:
-    """Decode the warm-up prompts untimed, then every batch of `prompts` interleaved (see the module's doc).
+) -> list[Measurements]:
+    """Decode the warm-up prompts untimed, then every batch of `prompts` interleaved (see the module's doc): each
+    batch plainly, then speculatively by every contender at each of its γ, then plainly again. The contenders
+    share the baseline (the first contender's settings decode it; eval/run.py checks that they agree), so they are
+    ranked against one set of plain decodes, and each added contender costs its own decodes alone.
 
     categories: per prompt (the first len(prompts) count), its category (None: none given); None = no categories.
     A batch ends where the category changes, so that each category's figures come from its own batches
     (build_report); the field's sets list theirs grouped."""
-    decode = _Decoding(target, proposer, engine, cfg, eos_ids, vocab_size)
+    cfg = contenders[0].cfg
+    decoders = [_Decoding(target, c.proposer, engine, c.cfg, eos_ids, vocab_size) for c in contenders]
     # A proposer that learns across requests (suffix decoding) keeps one memory per workload: the warm-up
     # and each γ pass decode the same prompts, and must not draft from one another's outputs.
-    proposer.begin_workload("warmup")
     for p in warmup:  # untimed
-        decode.plain([p]), [decode.speculative([p], g) for g in gammas]
-
-    ar, spec = Tally(), {g: Tally() for g in gammas}
+        decoders[0].plain([p])
+    for c, decode in zip(contenders, decoders):
+        c.proposer.begin_workload("warmup")
+        for p in warmup:
+            [decode.speculative([p], g) for g in c.gammas]
+    ar = Tally()
     base_runs: tuple[list, list] = ([], [])
-    spec_runs: dict[int, list] = {g: [] for g in gammas}  # per batch, (tokens, seconds) at γ
-    batch_stats: dict[int, list[DecodeStats]] = {g: [] for g in gammas}
+    runs = [_Runs(c.gammas) for c in contenders]
     categories = list(categories)[: len(prompts)] if categories is not None else [None] * len(prompts)
     batches = batch_bounds(categories, cfg.batch_size)
-    bar = tqdm(total=len(prompts) * (2 + len(gammas)), desc="eval", unit="decode", disable=not progress)
+    decodes = 2 + sum(len(c.gammas) for c in contenders)
+    bar = tqdm(total=len(prompts) * decodes, desc="eval", unit="decode", disable=not progress)
     for start, end in batches:  # interleaved, so machine noise hits every side alike
         batch = prompts[start:end]
         for repeat in (0, 1):  # the baseline before and after the speculative runs: their gap says how noisy
-            if repeat:
-                for g in gammas:
-                    proposer.begin_workload(f"gamma={g}")
-                    (out, stats), seconds = _timed(decode.speculative, batch, g)
-                    spec_runs[g].append((sum(map(len, out)), seconds))
-                    spec[g].stats.add(stats)
-                    batch_stats[g].append(stats)
-                    spec[g].equal_rows += sum(o == a for o, a in zip(out, ar.outputs[start:]))
-                    spec[g].outputs += out
-                    bar.set_postfix_str(f"γ={g}" if proposer.tree_depth is None else "tree", refresh=False)
+            for c, decode, run in zip(contenders, decoders, runs):
+                for g in c.gammas if repeat else ():
+                    c.proposer.begin_workload(f"gamma={g}")
+                    run.add(g, *_timed(decode.speculative, batch, g), ar.outputs[start:])
+                    bar.set_postfix_str(f"γ={g}" if c.proposer.tree_depth is None else "tree", refresh=False)
                     bar.update(len(batch))
-            ar_out, seconds = _timed(decode.plain, batch, ar.stats)  # its prefill timed apart too
+            ar_out, seconds = _timed(decoders[0].plain, batch, ar.stats)  # its prefill timed apart too
             base_runs[repeat].append((sum(map(len, ar_out)), seconds))
             if not repeat:
                 ar.outputs += ar_out
             bar.update(len(batch))
     bar.close()
-    spreads = _totals(ar, spec, base_runs, spec_runs)
     device = next(target.parameters()).device
-    return Measurements(
-        prompts,
-        gammas,
-        proposer.tree_depth,
-        ar,
-        spec,
-        base_runs,
-        spreads,
-        device,
-        categories,
-        batches,
-        spec_runs,
-        batch_stats,
-    )
+    return [
+        Measurements(
+            prompts,
+            c.gammas,
+            c.proposer.tree_depth,
+            ar,
+            run.spec,
+            base_runs,
+            _totals(ar, run.spec, base_runs, run.spec_runs),
+            device,
+            categories,
+            batches,
+            run.spec_runs,
+            run.batch_stats,
+        )
+        for c, run in zip(contenders, runs)
+    ]
+
+
+class _Runs:
+    """One contender's speculative decodes so far: per γ, its tally, (tokens, seconds) and stats per batch."""
+
+    def __init__(self, gammas: list[int]):
+        self.spec = {g: Tally() for g in gammas}
+        self.spec_runs: dict[int, list] = {g: [] for g in gammas}
+        self.batch_stats: dict[int, list[DecodeStats]] = {g: [] for g in gammas}
+
+    def add(self, g: int, decoded: tuple[list[list[int]], DecodeStats], seconds: float, plain: list) -> None:
+        """A batch decoded at γ g in `seconds`; plain: the baseline's outputs from this batch's first row on."""
+        out, stats = decoded
+        self.spec_runs[g].append((sum(map(len, out)), seconds))
+        self.spec[g].stats.add(stats)
+        self.batch_stats[g].append(stats)
+        self.spec[g].equal_rows += sum(o == a for o, a in zip(out, plain))
+        self.spec[g].outputs += out
 
 
 def _timed(decode, *args):

@@ -1,5 +1,6 @@
 """The one wiring of both entry points (the pipeline's eval stage and `python -m eval`): an export directory
-measured with our engine, served with vLLM as well when asked (eval.serve=vllm), and under load (eval.serve_load).
+measured with our engine, served with vLLM as well when asked (eval.serve=vllm), and under load (eval.serve_load);
+several exports measured together against one baseline (export_entry, then eval.run.evaluate_together).
 
 It sits above eval/run.py and eval/serving/ rather than in eval/run.py: the served check calls `evaluate`
 for its chain figures, so eval/run.py importing it back would close a circle.
@@ -15,7 +16,7 @@ from typing import Optional
 from eval.config import EvalConfig
 from eval.proposer import Proposer
 from eval.proposers import load_proposer
-from eval.run import evaluate
+from eval.run import Entry, evaluate_together
 from eval.serving import preflight, served_hook
 from eval.serving.load import load_check
 
@@ -41,7 +42,37 @@ def measure_export(
     names["target"] is not loadable as it stands (a toy world's alias); None = names["target"]. categories: per
     prompt, its category (eval.prompts.MeasuredPrompts), for the report's figures per category.
     """
-    preflight(cfg, export_dir)  # what the directory, settings and URLs decide: before anything is decoded
+    entry = export_entry(
+        target,
+        proposer,
+        export_dir,
+        cfg,
+        names,
+        vocab_size=vocab_size,
+        eos_ids=eos_ids,
+        out_dir=out_dir,
+        serve_target=serve_target,
+        trust_remote_code=trust_remote_code,
+    )
+    return evaluate_together(target, [entry], prompt_ids, eos_ids, vocab_size, categories=categories)[0]
+
+
+def export_entry(
+    target,
+    proposer: Proposer,
+    export_dir: str | Path,
+    cfg: EvalConfig,
+    names: dict,
+    *,
+    vocab_size: int,
+    eos_ids: set[int],
+    out_dir: str | Path,
+    serve_target: Optional[str] = None,
+    trust_remote_code: bool = False,
+) -> Entry:
+    """An export directory as one drafter of `evaluate_together`, with its served and load checks where its
+    settings ask for them (see measure_export), its directory, settings and URLs checked before anything decodes."""
+    preflight(cfg, export_dir)
     served = None
     if cfg.serve:
         chain_cfg, device = replace(cfg, tree=None), next(target.parameters()).device
@@ -68,16 +99,4 @@ def measure_export(
             trust_remote_code=trust_remote_code,
             log_dir=Path(out_dir),
         )
-    return evaluate(
-        target,
-        proposer,
-        prompt_ids,
-        cfg,
-        eos_ids,
-        vocab_size,
-        names,
-        out_dir=out_dir,
-        served=served,
-        under_load=under_load,
-        categories=categories,
-    )
+    return Entry(proposer, cfg, names, out_dir, served, under_load)

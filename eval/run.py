@@ -6,11 +6,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional
 
 from eval.config import SERVING_ENGINES, EvalConfig
 from eval.errors import EvalError
-from eval.measure import measure
+from eval.measure import Contender, Measurements, measure_together
 from eval.profile import speculation_profile
 from eval.prompts import OVERLONG
 from eval.proposer import Proposer
@@ -120,27 +122,42 @@ def plan_gammas(cfg: EvalConfig, proposer: Proposer, kind: str = "") -> list[int
     return sorted({cfg.num_speculative_tokens, *(g for g in cfg.gamma_sweep if longest is None or g <= longest)})
 
 
-def build_engine(cfg: EvalConfig, target, proposer: Proposer, prompts: list[list[int]], gammas: list[int]) -> Engine:
-    """The decoding path (eval.engine), sized for the longest of `prompts` and every γ's block, with the target
-    and a proposer that has its own model cache on it, compiled before any timing."""
-    engine = choose_engine(
-        cfg.engine,
-        target,
-        proposer,
-        tree=cfg.tree,
-        batch_size=cfg.batch_size,
-        # the longest sequence, plus room for the last step's block to run past max_new_tokens
-        max_len=max(map(len, prompts)) + cfg.max_new_tokens + 2 * (max(gammas) + 1),
-        widths=(1, *(g + 1 for g in gammas)),  # decoding, and verifying each γ
-    )
-    features = tuple(proposer.target_layer_ids)  # the target's layers the drafter reads
-    decode_tokens = len(prompts) * cfg.max_new_tokens * (2 + len(gammas))  # both baselines and every γ
+def build_engine(
+    cfg: EvalConfig, target, proposers: list[Proposer], prompts: list[list[int]], gammas: list[list[int]]
+) -> Engine:
+    """The decoding path (eval.engine) every proposer decodes on, sized for the longest of `prompts` and every
+    γ's block (gammas: each proposer's), with the target and each proposer's own model cache on it, compiled
+    before any timing. One path for all: the dynamic one where any proposer needs it."""
+    longest = max(g for planned in gammas for g in planned)
+    widths = (1, *(g + 1 for planned in gammas for g in planned))  # decoding, and verifying each γ
+    # the longest sequence, plus room for the last step's block to run past max_new_tokens
+    max_len = max(map(len, prompts)) + cfg.max_new_tokens + 2 * (longest + 1)
+    engines = [
+        choose_engine(cfg.engine, target, p, tree=cfg.tree, batch_size=cfg.batch_size, max_len=max_len, widths=widths)
+        for p in proposers
+    ]
+    engine = next((e for e in engines if not e.static), engines[0])
+    features = tuple(sorted({i for p in proposers for i in p.target_layer_ids}))  # the target's layers read
+    decode_tokens = len(prompts) * cfg.max_new_tokens * (2 + sum(map(len, gammas)))  # both baselines, every γ
     engine = engine.settle(target, features, decode_tokens)  # auto on a CPU: the path measured faster
-    proposer.use_engine(engine)  # a drafter with its own model cache decodes on the same path
+    for p in proposers:
+        p.use_engine(engine)  # a drafter with its own model cache decodes on the same path
     if engine.static:
         engine.static_model(target, features=features)
         engine.precompile()  # timed apart: compile time is not decoding time
     return engine
+
+
+@dataclass
+class Entry:
+    """One drafter of an evaluation: what `evaluate` takes for it (see there)."""
+
+    proposer: Proposer
+    cfg: EvalConfig
+    names: dict
+    out_dir: Optional[str | Path] = None
+    served: Optional[Callable[[list, list, dict], dict]] = None
+    under_load: Optional[Callable[[list], dict]] = None
 
 
 def evaluate(
@@ -165,26 +182,84 @@ def evaluate(
     `serving_load` section (eval.serve_load). progress: a progress bar.
     categories: per prompt, its category (None: none given); the report then gives figures per category.
     """
-    check_settings(cfg)
+    entry = Entry(proposer, cfg, names, out_dir, served, under_load)
+    return evaluate_together(target, [entry], prompts, eos_ids, vocab_size, progress=progress, categories=categories)[0]
+
+
+def evaluate_together(
+    target,
+    entries: list[Entry],
+    prompts: list[list[int]],
+    eos_ids: set[int],
+    vocab_size: int,
+    *,
+    progress: bool = True,
+    categories: Optional[list[Optional[str]]] = None,
+) -> list[dict]:
+    """Several drafters measured in one interleaved run against one shared baseline (eval/measure.py): each gets
+    its own report, as `evaluate` would write it, naming the others it shared the baseline with. Their settings
+    may differ in what drafting alone reads (γ, the sweep, trees, serving), not in what the baseline decodes."""
+    for e in entries:
+        check_settings(e.cfg)
+    cfg = entries[0].cfg
+    check_shared_baseline([e.cfg for e in entries])
     if not prompts:
         raise EvalError("no eval prompts")
     if categories is not None and len(categories) != len(prompts):
         raise EvalError(f"{len(categories)} categories for {len(prompts)} eval prompts; give one per prompt")
-    gammas = plan_gammas(cfg, proposer, names.get("kind", ""))
+    plans = [plan_gammas(e.cfg, e.proposer, e.names.get("kind", "")) for e in entries]
     warmup, prompts = prompts[: cfg.warmup_prompts], prompts[: cfg.num_prompts]
-    # The engine is sized by the γ plan and compiled before the warm-up: its compile time is no decoding time
-    engine = build_engine(cfg, target, proposer, warmup + prompts, gammas)
-    measured = measure(
-        target, proposer, engine, cfg, gammas, warmup, prompts, eos_ids, vocab_size, categories, progress=progress
-    )
-    report = build_report(measured, cfg, names, engine)
+    # The engine is sized by the γ plans and compiled before the warm-up: its compile time is no decoding time
+    engine = build_engine(cfg, target, [e.proposer for e in entries], warmup + prompts, plans)
+    contenders = [Contender(e.proposer, e.cfg, gammas) for e, gammas in zip(entries, plans)]
+    measured = measure_together(target, contenders, engine, warmup, prompts, eos_ids, vocab_size, categories, progress)
+    kinds = [e.names.get("kind") for e in entries]
+    return [
+        _finish(e, m, engine, [k for j, k in enumerate(kinds) if j != i])
+        for i, (e, m) in enumerate(zip(entries, measured))
+    ]
+
+
+def _finish(entry: Entry, measured: Measurements, engine: Engine, others: list) -> dict:
+    """One drafter's report from its measurements: its served and load checks, profile and seal; written where asked."""
+    cfg = entry.cfg
+    report = build_report(measured, cfg, entry.names, engine)
+    if others:
+        report["shared_baseline_with"] = others  # measured in one interleaved run: one baseline for all
     # served reads the finished figures, and the seal binds its verdict: after build_report, before seal_report
-    if served is not None:
-        report["served"] = served(measured.prompts, measured.ar.outputs, report)
-    if under_load is not None:
-        report["serving_load"] = under_load(measured.prompts)
+    if entry.served is not None:
+        report["served"] = entry.served(measured.prompts, measured.ar.outputs, report)
+    if entry.under_load is not None:
+        report["serving_load"] = entry.under_load(measured.prompts)
     report["speculation_profile"] = speculation_profile(report, measured.prompts)
     samples = seal_report(report, measured, cfg.num_speculative_tokens)
-    if out_dir is not None:
-        write_report(out_dir, report, samples)
+    if entry.out_dir is not None:
+        write_report(entry.out_dir, report, samples)
     return report
+
+
+# what the plain decodes read: drafters measured together must agree on every one (their baseline is shared)
+BASELINE_SETTINGS = (
+    "num_prompts",
+    "warmup_prompts",
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "batch_size",
+    "engine",
+    "timing_drift_tolerance",
+    "timing_max_interval",
+)
+
+
+def check_shared_baseline(cfgs: list[EvalConfig]) -> None:
+    """Raise EvalError naming the first baseline setting on which drafters measured together disagree."""
+    for cfg in cfgs[1:]:
+        for name in BASELINE_SETTINGS:
+            if getattr(cfg, name) != getattr(cfgs[0], name):
+                raise EvalError(
+                    f"drafters measured together share one baseline, but eval.{name} is {getattr(cfgs[0], name)} for "
+                    f"one and {getattr(cfg, name)} for another; give them the same, or measure them apart"
+                )

@@ -50,8 +50,9 @@ def smollm2(_cache_dir):
 @pytest.mark.slow
 def test_the_main_job_distils_trains_evaluates_and_publishes_smollm2_at_tiny_sizes(smollm2, tmp_path):
     """recipes/smollm2_main.yaml: one distilled dataset, the EAGLE-3 trained on it (the command line's trainer and
-    drafter settings reach it), the retrieval drafter's store built from it, both measured alike, the faster
-    lossless one published alone, its card naming the other's figures, and the run's last line naming it."""
+    drafter settings reach it), the retrieval drafter's store built from it, both measured together against one
+    baseline, the faster lossless one published alone, its card naming the other's figures, and the run's last line
+    naming it."""
     run = tmp_path / "run"
     # a fresh interpreter, as a user runs it: bf16 where the CPU has it natively, which accelerate fixes per process
     r = run_process("train", *TINY, f"run_dir={run}", f"publish.hub_dir={tmp_path / 'hub'}")
@@ -83,6 +84,10 @@ def test_the_main_job_distils_trains_evaluates_and_publishes_smollm2_at_tiny_siz
         assert report["lossless"] is True and report["prompts"]["overlap"] == 0
         assert list(report["workloads"]) == ["mt_bench", "humaneval"]  # the benchmarks take turns
         assert (run / name / "drafter" / "README.md").exists() == (name == published)  # only the winner's card
+        assert report["shared_baseline_with"] == [{"smollm2": "retrieval", "smollm2_retrieval": "eagle3"}[name]]
+    speeds = {json.loads((run / n / "eval" / "eval_report.json").read_text())["tokens_per_second"]["autoregressive"]
+              for n in ("smollm2", "smollm2_retrieval")}  # fmt: skip
+    assert len(speeds) == 1  # one baseline: both ranked against the same plain decodes
     card = (run / published / "drafter" / "README.md").read_text()
     assert "## Why this drafter" in card and "| `smollm2` | eagle3 |" in card and "`smollm2_retrieval`" in card
     assert len(read_index(tmp_path / "hub")) == 1  # the registry holds the winner alone

@@ -63,10 +63,11 @@ def contender_config(name: str, shared: DictConfig, run_dir: Path, serve, publis
     return cfg
 
 
-def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, distil) -> dict:
+def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, distil, eval_together) -> dict:
     """Train every contender under root/<recipe>, evaluate it on each workload, write the comparison, return it.
 
-    distil: the run's distill stage (into root/data), called once before any contender.
+    distil: the run's distill stage (into root/data), called once before any contender. eval_together(configs):
+    the eval stage of several contenders' runs at once (bakeoff.shared_baseline; train/pipeline.py).
 
     The first workload is the bake-off's own eval settings; every other one (bakeoff.workloads) evaluates
     the same drafters again under root/<workload>/<recipe>, whose data and checkpoints link to the first run's,
@@ -82,15 +83,26 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, distil) -> di
         return {"distilled": str(root / "data")}
     workloads = {cfg.bakeoff.workload: [], **cfg.bakeoff.workloads}
     rows: dict[str, list] = {name: [] for name in workloads}
+
+    def contender_at(name: str, workload: str) -> tuple[Path, DictConfig]:
+        overrides = workloads[workload]
+        first = not overrides and workload == cfg.bakeoff.workload
+        run_dir = root / name if first else root / workload / name
+        _link_shared(run_dir, root, name, first)
+        publish = first and bool(cfg.publish.hub_dir or cfg.publish.repo_id) and cfg.bakeoff.publish == "all"
+        contender = contender_config(name, dict_config, run_dir, serve, publish)
+        contender.merge_with_dotlist(list(overrides))
+        return run_dir, contender
+
+    if cfg.bakeoff.shared_baseline:
+        for workload in workloads:
+            evaluate_workload(
+                [contender_at(name, workload)[1] for name in cfg.bakeoff.recipes], run_pipeline, eval_together
+            )
     for name in cfg.bakeoff.recipes:
-        for workload, overrides in workloads.items():
-            first = not overrides and workload == cfg.bakeoff.workload
-            run_dir = root / name if first else root / workload / name
-            _link_shared(run_dir, root, name, first)
+        for workload in workloads:
+            run_dir, contender = contender_at(name, workload)
             print(f"bake-off: {name} on {workload}")
-            publish = first and bool(cfg.publish.hub_dir or cfg.publish.repo_id) and cfg.bakeoff.publish == "all"
-            contender = contender_config(name, dict_config, run_dir, serve, publish)
-            contender.merge_with_dotlist(list(overrides))
             results = run_pipeline(contender)
             rows[workload].append(contender_row(name, run_dir, results["train"], results["eval"]))
     comparison = {
@@ -114,6 +126,15 @@ def run_bakeoff(dict_config: DictConfig, run_pipeline, root: Path, distil) -> di
         write_comparison(root / OUT, comparison, show=False)  # with what was published; the run ends on its line
         print(comparison["published"]["line"])
     return comparison
+
+
+def evaluate_workload(contenders: list[DictConfig], run_pipeline, eval_together) -> None:
+    """bakeoff.shared_baseline: each contender's stages up to its eval (its training, or its checkpoint reused),
+    then every one's eval stage at once, against one shared baseline; the bake-off's own pass then finds each
+    contender's report valid and goes on to publish."""
+    for contender in contenders:  # contender_config's stages: train, eval (publish)
+        run_pipeline(OmegaConf.merge(contender, {"stages": ["train"]}))
+    eval_together(contenders)
 
 
 def publish_best(dict_config: DictConfig, run_pipeline, root: Path, comparison: dict, serve) -> dict:

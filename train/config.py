@@ -117,6 +117,9 @@ class BakeoffConfig:
     # the contender that is this run's own drafter (the main job's EAGLE-3): it trains with this run's drafter and
     # trainer settings, command-line overrides included; the others keep their recipes'. null: none is
     own: Optional[str] = None
+    # true: the contenders of each workload are measured in one interleaved run against one shared baseline (the
+    # plain decodes once for all, not once per contender; one path for all: eval.run.build_engine); false: each alone
+    shared_baseline: bool = False
 
 
 @dataclass

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -32,7 +32,7 @@ from train.config import PublishConfig, RunConfig, TrainerConfig
 from train.errors import PipelineError
 from train.setups import training_setup
 from train.setups.base import vllm_store
-from train.stages.eval import eval_stage, headline
+from train.stages.eval import eval_stage, eval_stages, headline
 from train.stages.preflight import check_run
 from train.stages.publish import publish_stage
 from train.stages.run import Run
@@ -120,6 +120,31 @@ def _main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def _device(cfg: RunConfig) -> torch.device:
+    return torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def eval_together(configs: list[DictConfig]) -> list[dict]:
+    """The eval stage of several runs at once (a bake-off's contenders, trained by their own runs): one target,
+    one set of prompts, one baseline for all (train/stages/eval.py: eval_stages). Each report lands in its own run
+    directory, where that run's eval stage then finds it valid."""
+    with ExitStack() as locks:
+        runs = []
+        for config in configs:
+            cfg: RunConfig = OmegaConf.to_object(config)
+            check_run(cfg)
+            cfg_dict = OmegaConf.to_container(config, resolve=True)
+            paths = RunPaths(resolve_run_dir(cfg, cfg_dict))
+            locks.enter_context(exclusive(paths.root, "run directory"))
+            check_ownership(paths, cfg_dict)
+            hashes = stage_hashes(cfg, cfg_dict)
+            runs.append(Run(cfg, cfg_dict, paths, _device(cfg), hashes["eval"], hashes))
+        t0 = time.perf_counter()
+        reports = eval_stages(runs)
+        print(f"[eval] {len(runs)} drafters measured together in {time.perf_counter() - t0:.1f}s")
+        return reports
+
+
 def run_pipeline(config) -> dict:
     """Run the stages of `config` (a Hydra DictConfig or a RunConfig) in order; return {stage: summary}."""
     dict_config = config if isinstance(config, DictConfig) else OmegaConf.structured(config)
@@ -154,14 +179,15 @@ def _run_stages(cfg: RunConfig, cfg_dict: dict, dict_config: DictConfig, paths: 
             paths.config.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(paths.config, config_text)
     print(f"run directory: {paths.root}")
-    device = torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = _device(cfg)
     hashes = stage_hashes(cfg, cfg_dict)
     if cfg.bakeoff.recipes:
         from train.bakeoff import run_bakeoff
 
         # the shared data is distilled by the distill stage itself: its reuse checks (a moved Hub commit) hold
         run = Run(cfg, cfg_dict, paths, device, hashes["distill"], hashes)
-        return {"bakeoff": run_bakeoff(dict_config, run_pipeline, paths.root, lambda: _distill_stage(run))}
+        distil = lambda: _distill_stage(run)  # noqa: E731
+        return {"bakeoff": run_bakeoff(dict_config, run_pipeline, paths.root, distil, eval_together)}
 
     trainable = get_family(cfg.drafter.kind).trainable
     results = {}

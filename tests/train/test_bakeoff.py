@@ -327,3 +327,46 @@ def test_the_published_line_names_the_winner_and_what_the_trained_drafter_reache
     assert line.startswith("[eval] published: retrieval τ 1.90, speed-up 1.60× (no interval recorded")
     assert "(lossless); eagle3 τ 1.20, 0.90× after 246k answer tokens (break-even τ ≈ 1.45: train/README.md)" in line
     assert line.endswith("drafter: d")
+
+
+def test_a_shared_baseline_bakeoff_measures_each_workloads_contenders_in_one_run(tmp_path, micro_world):
+    """bakeoff.shared_baseline (the main job's): per workload, every contender in one interleaved run against one
+    set of plain decodes; each report lands in its own run directory, which a rerun resumes rather than re-measures."""
+    register_configs()
+    with initialize_config_module(config_module="conf", version_base=None):
+        cfg = compose(
+            "config",
+            overrides=[
+                "recipe=toy_bakeoff",
+                "target=micro",
+                f"run_dir={tmp_path}/bake",
+                "bakeoff.recipes=[toy_ngram,toy_suffix]",
+                "bakeoff.shared_baseline=true",
+                "bakeoff.serve=off",
+                "data.max_prompts=8",
+                "data.sampling.max_new_tokens=8",
+                "eval.num_prompts=3",
+                "eval.max_new_tokens=12",
+                "eval.gamma_sweep=[]",
+            ],
+        )
+        run_pipeline(cfg)
+        root = tmp_path / "bake"
+        dirs = {"code_continuation": root, "repeated_requests": root / "repeated_requests"}
+
+        def reports():
+            return {
+                (w, name): json.loads((d / name / "eval" / "eval_report.json").read_text())
+                for w, d in dirs.items()
+                for name in ("toy_ngram", "toy_suffix")
+            }
+
+        first = reports()
+        for workload in dirs:
+            ngram, suffix = first[workload, "toy_ngram"], first[workload, "toy_suffix"]
+            assert ngram["shared_baseline_with"] == ["suffix"] and suffix["shared_baseline_with"] == ["ngram"]
+            assert ngram["tokens_per_second"]["autoregressive"] == suffix["tokens_per_second"]["autoregressive"]
+            assert ngram["lossless"] and suffix["lossless"]
+        assert first["code_continuation", "toy_ngram"]["prompts"] != first["repeated_requests", "toy_ngram"]["prompts"]
+        run_pipeline(cfg)  # resumed: every report still valid, none measured again
+    assert reports() == first

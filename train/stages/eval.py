@@ -1,5 +1,6 @@
 """The eval stage: export the drafter once into drafter/, measure that directory with our engine,
-serve the same directory with vLLM when asked (eval.serve=vllm), and record the export's hash."""
+serve the same directory with vLLM when asked (eval.serve=vllm), and record the export's hash. A bake-off's
+contenders go through it together: one target, one set of prompts, one baseline (eval_stages)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from distill.shards import load_distilled
 from distill.target import eos_token_ids, load_target, load_tokenizer
 from distill.targets import resolve_target
 from eval.claims import DIGEST, figures_digest
-from eval.measure_export import measure_export
+from eval.measure_export import export_entry
 from eval.prompts import Answer, MeasuredPrompts, measured_prompts, prompt_room, target_answers
 from eval.proposers import load_proposer
+from eval.run import evaluate_together
 from eval.vocabulary import tokenizer_matches
 from heads.families import ExportJob, Family, get_family
 from heads.formats.fingerprint import served_files_hash
@@ -82,9 +84,21 @@ def eval_prompt_ids(run: Run, tokenizer, max_len: int, answer: Optional[Answer] 
         answer=answer,
         repeat_block=cfg.eval.repeat_block,
     )
-    dataset = load_distilled(run.paths.data) if read_json(run.paths.data / "manifest.json") else None
     measured = prompts.ids[: cfg.eval.num_prompts]  # the warm-up prompts are the first of these
-    return prompts, src.as_dict() | {"count": len(measured)} | training_overlap(measured, dataset)
+    return prompts, src.as_dict() | {"count": len(measured)} | prompt_overlap(run, measured, src.description)
+
+
+def prompt_overlap(run: Run, measured: list[list[int]], what: str) -> dict:
+    """The measured prompts' overlap with the run's distilled dataset (train/eval_prompts.py: training_overlap);
+    refused where there is any: a drafter is never measured on the prompts it was trained on."""
+    dataset = load_distilled(run.paths.data) if read_json(run.paths.data / "manifest.json") else None
+    found = training_overlap(measured, dataset)
+    if found["overlap"]:
+        raise PipelineError(
+            f"{found['overlap']} of the {len(measured)} eval prompts ({what}) are in the distilled training "
+            "data; measure on prompts the drafter was not trained on (eval_prompts=FILE or eval_split=SPLIT)"
+        )
+    return found
 
 
 def headline(report: dict, paths) -> str:
@@ -98,11 +112,49 @@ def headline(report: dict, paths) -> str:
 
 
 def eval_stage(run: Run) -> dict:
+    return eval_stages([run])[0]
+
+
+def eval_stages(runs: list[Run]) -> list[dict]:
+    """The eval stage of runs that share a target and eval prompts (a bake-off's contenders): the target loaded
+    once, the prompts built once, and every drafter whose report is not still valid measured in one interleaved
+    run against one shared baseline (eval.run.evaluate_together). Each report lands in its own run's eval/."""
+    families = [get_family(run.cfg.drafter.kind) for run in runs]
+    reports = [_valid_report(run, family) for run, family in zip(runs, families)]
+    todo = [(run, family) for run, family, report in zip(runs, families, reports) if report is None]
+    if not todo:
+        return reports
+    first = todo[0][0]
+    _check_one_world([run for run, _ in todo])
+    for run, family in todo:
+        _check_inputs(run, family)  # before the target loads
+    tokenizer = load_tokenizer(first.cfg.target)
+    target = load_target(first.cfg.target, first.device)
+    eos_ids, vocab_size = eos_token_ids(target, tokenizer), len(tokenizer)
+    exported = [(export_drafter(run, family, tokenizer, target), run) for run, family in todo]
+    loaded = [load_proposer(run.paths.drafter, target, vocab_size, run.cfg.eval, run.device) for _, run in exported]
+    answer = target_answers(target, first.cfg.eval, eos_ids=eos_ids, vocab_size=vocab_size)
+    room = min(prompt_room(target, proposer, run.cfg.eval) for (proposer, _), (_, run) in zip(loaded, exported))
+    prompts, measured = eval_prompt_ids(first, tokenizer, room, answer)
+    entries = []
+    for (proposer, kind), (export_sha256, run) in zip(loaded, exported):
+        overlap = prompt_overlap(run, prompts.ids[: run.cfg.eval.num_prompts], measured["what"])  # its data
+        names = _names(run, kind, export_sha256, measured | overlap, tokenizer)
+        entries.append(_entry(run, target, proposer, names, vocab_size, eos_ids))
+    new = iter(evaluate_together(target, entries, prompts.ids, eos_ids, vocab_size, categories=prompts.categories))
+    return [report if report is not None else next(new) for report in reports]
+
+
+def _valid_report(run: Run, family: Family) -> Optional[dict]:
+    """The run's eval report where it still holds (see _still_valid), else None."""
+    done = read_json(run.paths.eval / REPORT)
+    return done if done and _still_valid(done, run, family) else None
+
+
+def _check_inputs(run: Run, family: Family) -> None:
+    """Refuse a run without what its drafter is built from: a trained checkpoint of this run's settings, or the
+    distilled answers a retrieval drafter indexes."""
     cfg, paths = run.cfg, run.paths
-    family = get_family(cfg.drafter.kind)
-    done = read_json(paths.eval / REPORT)
-    if done and _still_valid(done, run, family):
-        return done
     if family.trainable:
         summary = read_json(paths.final / SUMMARY)
         if summary is None:
@@ -112,46 +164,55 @@ def eval_stage(run: Run) -> dict:
                 f"{paths.final} was trained with other settings than this run's; re-run the train stage "
                 "(stages=[train,eval,publish])"
             )
-    if family.from_answers and not read_json(paths.data / "manifest.json"):  # before the target loads
+    if family.from_answers and not read_json(paths.data / "manifest.json"):
         raise PipelineError(
             f"{cfg.drafter.kind} drafts from the distilled answers and {paths.data} holds none; "
             "run the distill stage first (stages=[distill,eval,publish])"
         )
-    tokenizer = load_tokenizer(cfg.target)
-    target = load_target(cfg.target, run.device)
-    export_sha256 = export_drafter(run, family, tokenizer, target)
-    proposer, kind = load_proposer(paths.drafter, target, len(tokenizer), cfg.eval, run.device)
-    eos_ids, vocab_size = eos_token_ids(target, tokenizer), len(tokenizer)
-    answer = target_answers(target, cfg.eval, eos_ids=eos_ids, vocab_size=vocab_size)
-    prompts, measured = eval_prompt_ids(run, tokenizer, prompt_room(target, proposer, cfg.eval), answer)
-    if measured["overlap"]:
-        raise PipelineError(
-            f"{measured['overlap']} of the {measured['count']} eval prompts ({measured['what']}) are in the distilled "
-            "training data; measure on prompts the drafter was not trained on (eval_prompts=FILE or eval_split=SPLIT)"
-        )
-    names = {
+
+
+def _check_one_world(runs: list[Run]) -> None:
+    """Runs measured together decode one target on one set of prompts: refuse any that differs (a bug if seen from
+    a bake-off, which gives every contender its own)."""
+    keys = ("target", "eval_split", "eval_prompts", "eval_prompts_column")
+    for run in runs[1:]:
+        for key in keys:
+            if run.cfg_dict.get(key) != runs[0].cfg_dict.get(key):
+                raise PipelineError(
+                    f"{run.paths.root} and {runs[0].paths.root} differ in {key}; runs measured together share the "
+                    "target and the eval prompts: evaluate them apart"
+                )
+
+
+def _names(run: Run, kind: str, export_sha256: str, measured: dict, tokenizer) -> dict:
+    """The report's names: what was measured, with which settings, on which prompts."""
+    cfg, paths = run.cfg, run.paths
+    return {
         "target": cfg.target.name_or_path,
         "drafter": str(paths.drafter),
         "kind": kind,
         "stage_hash": run.stage_hash,
         "export_sha256": export_sha256,
-        "checkpoint_sha256": served_files_hash(paths.final) if family.trainable else None,
+        "checkpoint_sha256": served_files_hash(paths.final) if get_family(cfg.drafter.kind).trainable else None,
         "prompts": measured,
         "tokenizer_matches_target": tokenizer_matches(paths.drafter, tokenizer),
     }
-    return measure_export(
+
+
+def _entry(run: Run, target, proposer, names: dict, vocab_size: int, eos_ids: set[int]):
+    """The run's export as one drafter of the measurement, its report written to the run's eval/."""
+    cfg = run.cfg
+    return export_entry(
         target,
         proposer,
-        paths.drafter,
-        prompts.ids,
+        run.paths.drafter,
         cfg.eval,
         names,
         vocab_size=vocab_size,
         eos_ids=eos_ids,
-        out_dir=paths.eval,
+        out_dir=run.paths.eval,
         serve_target=resolve_target(cfg.target),  # a loadable path, not a toy world's alias
         trust_remote_code=cfg.target.trust_remote_code,
-        categories=prompts.categories,
     )
 
 
