@@ -29,32 +29,16 @@ def measure_export(
     cfg: EvalConfig,
     names: dict,
     *,
-    vocab_size: int,
-    eos_ids: set[int],
-    out_dir: str | Path,
-    serve_target: Optional[str] = None,
-    trust_remote_code: bool = False,
     categories: Optional[list[Optional[str]]] = None,
+    **entry,
 ) -> dict:
     """Measure `proposer` (loaded from export_dir) on prompt_ids and write the report into out_dir.
 
-    names: the report's names (target, drafter, kind, hashes, ...). serve_target: the target vLLM loads, where
-    names["target"] is not loadable as it stands (a toy world's alias); None = names["target"]. categories: per
+    entry: export_entry's keywords (vocab_size, eos_ids, out_dir; serve_target, trust_remote_code). categories: per
     prompt, its category (eval.prompts.MeasuredPrompts), for the report's figures per category.
     """
-    entry = export_entry(
-        target,
-        proposer,
-        export_dir,
-        cfg,
-        names,
-        vocab_size=vocab_size,
-        eos_ids=eos_ids,
-        out_dir=out_dir,
-        serve_target=serve_target,
-        trust_remote_code=trust_remote_code,
-    )
-    return evaluate_together(target, [entry], prompt_ids, eos_ids, vocab_size, categories=categories)[0]
+    job = export_entry(target, proposer, export_dir, cfg, names, **entry)
+    return evaluate_together(target, [job], prompt_ids, entry["eos_ids"], entry["vocab_size"], categories=categories)[0]
 
 
 def export_entry(
@@ -71,7 +55,10 @@ def export_entry(
     trust_remote_code: bool = False,
 ) -> Entry:
     """An export directory as one drafter of `evaluate_together`, with its served and load checks where its
-    settings ask for them (see measure_export), its directory, settings and URLs checked before anything decodes."""
+    settings ask for them, its directory, settings and URLs checked before anything decodes.
+
+    names: the report's names (target, drafter, kind, hashes, ...). serve_target: the target vLLM loads, where
+    names["target"] is not loadable as it stands (a toy world's alias); None = names["target"]."""
     preflight(cfg, export_dir)
     served = None
     if cfg.serve:
