@@ -141,7 +141,7 @@ def eval_together(configs: list[DictConfig]) -> list[dict]:
             runs.append(Run(cfg, cfg_dict, paths, _device(cfg), hashes["eval"], hashes))
         t0 = time.perf_counter()
         reports = eval_stages(runs)
-        print(f"[eval] {len(runs)} drafters measured together in {time.perf_counter() - t0:.1f}s")
+        print(f"[eval] together: done in {time.perf_counter() - t0:.1f}s")
         return reports
 
 

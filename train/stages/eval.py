@@ -126,6 +126,9 @@ def eval_stages(runs: list[Run]) -> list[dict]:
         return reports
     first = todo[0][0]
     _check_one_world([run for run, _ in todo])
+    if len(runs) > 1:  # a bake-off's contenders: say which are measured, which kept their reports
+        kept = f" ({len(runs) - len(todo)} kept: their reports still hold)" if len(todo) < len(runs) else ""
+        print(f"[eval] measuring together: {', '.join(run.cfg.recipe_name for run, _ in todo)}{kept}")
     for run, family in todo:
         _check_inputs(run, family)  # before the target loads
     tokenizer = load_tokenizer(first.cfg.target)
