@@ -17,7 +17,7 @@ from eval.metrics import Tally, add_block_cost, decode_figures
 from eval.sampling import SamplingParams
 from eval.speculative import DecodeStats
 from eval.static_engine import Engine
-from eval.timing import repeat_drift, speedup_spread, timing_verdict
+from eval.timing import ratio_interval, repeat_drift, speedup_spread, timing_verdict
 from heads.card import served_engine, speed_warnings, speedup_text, timing_device
 from heads.formats.fingerprint import PROFILE_FILE, SAMPLES_FILE
 from heads.formats.staging import atomic_write_text
@@ -63,6 +63,7 @@ def build_report(m: Measurements, cfg: EvalConfig, names: dict, engine: Engine) 
         **names,
         **{k: v for k, v in main.items() if k not in ("num_speculative_tokens", "speedup_spread")},
         "speedup_spread": spreads[cfg.num_speculative_tokens],
+        "tau_spread": tau_spread(m, cfg.num_speculative_tokens),
         "timing": timing,
         "engine": engine.describe(),
         "tokens_per_second": {"speculative": main["tokens_per_second"], "autoregressive": ar.tokens / ar.seconds},
@@ -85,6 +86,13 @@ def build_report(m: Measurements, cfg: EvalConfig, names: dict, engine: Engine) 
         "settings": {**asdict(cfg), "num_prompts": len(m.prompts), "device": str(m.device)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def tau_spread(m: Measurements, gamma: int) -> dict:
+    """τ's 95 % interval over the measured batches (tokens ÷ verification steps, resampled): how far another draw of
+    as many prompts could move it, the yardstick for "the same τ" between two drafters."""
+    tokens = [t for t, _ in m.spec_runs[gamma]]
+    return ratio_interval(tokens, [len(stats.accept_counts) for stats in m.batch_stats[gamma]])
 
 
 UNCATEGORISED = "(none)"  # the key of prompts without a category, in a set where others have one

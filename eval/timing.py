@@ -67,6 +67,18 @@ def speedup_spread(
     }
 
 
+def ratio_interval(numerators: list[float], denominators: list[float]) -> dict:
+    """Σ numerators ÷ Σ denominators and its percentile bootstrap interval over prompts (or batches) resampled with
+    replacement: τ's spread is tokens ÷ verification steps per prompt, as the speed-up's is tokens ÷ seconds."""
+    num, den = np.asarray(numerators, float), np.asarray(denominators, float)
+    picks = np.random.default_rng(0).integers(0, len(num), size=(RESAMPLES, len(num)))
+    boot = num[picks].sum(1) / np.maximum(den[picks].sum(1), 1e-12)
+    tail = (1 - LEVEL) / 2 * 100
+    point = float(num.sum() / max(den.sum(), 1e-12))
+    low, high = contain(point, float(np.percentile(boot, tail)), float(np.percentile(boot, 100 - tail)))
+    return {"low": low, "high": high, "level": LEVEL}
+
+
 def repeat_drift(first_tokens, first_seconds, second_tokens, second_seconds) -> float:
     """Median over prompts of |rate₁ − rate₂| ÷ their mean: how much the same decode's speed moved."""
     a, b = _rates(first_tokens, first_seconds), _rates(second_tokens, second_seconds)

@@ -43,6 +43,10 @@ def test_drafters_measured_together_share_one_baseline_and_keep_their_own_figure
         assert joint["lossless"] and joint["lossless_prompts"] == CFG.num_prompts
         assert {k: joint[k] for k in SAME} == {k: one[k] for k in SAME}  # greedy: the same steps, alone or not
         assert joint["shared_baseline_with"] == [other] and "shared_baseline_with" not in one
+        spread = joint["tau_spread"]  # τ's interval over the prompts: the same steps, the same interval
+        assert (
+            spread == one["tau_spread"] and spread["low"] <= joint["tau"] <= spread["high"] and spread["level"] == 0.95
+        )
     assert [r["settings"]["num_speculative_tokens"] for r in together] == [3, 2]
     assert [len(r["gamma_sweep"]) for r in together] == [0, 2]  # the lookup's sweep: γ 2 and 4
     ar = [r["tokens_per_second"]["autoregressive"] for r in together]

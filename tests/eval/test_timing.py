@@ -11,7 +11,7 @@ from eval.proposers.draft_lm import DraftLMProposer
 from eval.report import render_markdown
 from eval.run import evaluate
 from eval.serving.load_figures import level_figures
-from eval.timing import repeat_drift, speedup_spread, timing_verdict
+from eval.timing import ratio_interval, repeat_drift, speedup_spread, timing_verdict
 from heads.card import render_model_card, speed_warnings, speedup_text
 
 
@@ -146,3 +146,10 @@ def _load_result(rng, n: int) -> dict:
     latencies = [t + rng.lognormal(0, 1.5) for t in ttfts]
     return {"output_lens": tokens, "ttfts": ttfts, "latencies": latencies, "total_output_tokens": sum(tokens),
             "duration": float(rng.uniform(0.5, 1.5) * max(latencies)), "completed": n, "failed": 0}  # fmt: skip
+
+
+def test_taus_interval_is_the_bootstrap_of_tokens_over_steps_across_prompts():
+    same = ratio_interval([12, 24, 36], [6, 12, 18])  # every prompt at τ 2: no spread
+    assert (same["low"], same["high"]) == (2.0, 2.0)
+    spread = ratio_interval([10, 40], [10, 10])  # τ 1 and τ 4: resampling reaches both ends, the point inside
+    assert spread["low"] == 1.0 and spread["high"] == 4.0 and spread["level"] == 0.95

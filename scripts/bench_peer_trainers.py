@@ -1,0 +1,201 @@
+"""Is drafthub's trainer worth it? The same EAGLE-3 trained by drafthub and by speculators 0.9.0 on the same data,
+measured by one engine on the same held-out prompts (issue 72; ModelOpt's run is not built yet).
+
+    python scripts/bench_peer_trainers.py --run runs/smollm2_main/<ts> --out runs/bench_peer_trainers
+
+--run is a finished main job (or `recipe=smollm2` run): its distilled data, its EAGLE-3's resolved settings and the
+held-out prompts its eval decoded. Both trainers get the EAGLE-3's training rows (its held-out rows are speculators'
+validation split, as they are drafthub's checkpoint selection), the same bf16 target features, draft vocabulary, TTT
+depth and step weights, AdamW with the same schedule, as many optimizer steps and as many tokens a step (drafthub:
+batch_size sequences; speculators packs each step to their mean token count). drafthub retrains here, in
+`<out>/drafthub` (`python -m train recipe=<the run's>` on the run's data and features), so both trainers are timed
+on the same machine in the same hour.
+Both exports are then measured together (one interleaved run against one plain baseline) at the run's eval settings.
+Prints the machine line, a table and one JSON line: per trainer, held-out τ with its 95 % interval, acceptance per
+draft position, the speed-up, training wall time and tokens a second, and every setting that could not be matched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from distill.config import TargetConfig
+from distill.shards import load_distilled
+from distill.target import eos_token_ids, load_target, load_tokenizer
+from distill.targets import resolve_target
+from eval import machine
+from eval.config import EvalConfig
+from eval.proposers import load_proposer
+from eval.report import read_samples
+from eval.run import Entry, evaluate_together
+from heads.formats.speculators import load_speculators
+from heads.vocab import DraftVocab
+from train.peers.speculators_data import write_speculators_data
+from train.peers.speculators_run import PeerSettings, epochs_for, run_speculators, speculators_args
+
+LABELS = {"speculators": "speculators 0.9.0"}
+UNMATCHED = {  # what differs between the trainers however they are set, and why
+    "speculators": [
+        "batches: packed to tokens_per_step tokens (documents kept apart by its attention mask), not batch_size rows",
+        "it saves a checkpoint and validates on the held-out rows each epoch (drafthub scores them at each save)",
+        "checkpoint: saved in bf16 (drafthub exports float32)",
+        "weights: its last step's (drafthub's selection may keep an earlier checkpoint by held-out sim-τ)",
+        "AdamW betas: its (0.9, 0.999), no flag sets them (drafthub's: 0.9, 0.95)",
+        "draft lm_head: frozen, the target's rows (drafthub starts from those rows and trains them)",
+    ]
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", type=Path, required=True, help="a finished main job's (or recipe=smollm2's) run directory")
+    p.add_argument("--out", type=Path, default=Path("runs/bench_peer_trainers"))
+    p.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default: the run's)")
+    p.add_argument("--num-prompts", type=int, default=None, help="held-out prompts measured (default: the run's)")
+    return p.parse_args(argv)
+
+
+def eagle_run(run: Path) -> Path:
+    """The EAGLE-3's run directory: the run itself, or the main job's contender that trained one."""
+    for candidate in (run, *sorted(p for p in run.iterdir() if p.is_dir())):
+        config = candidate / ".hydra" / "config.yaml"
+        if config.exists() and OmegaConf.load(config).drafter.kind == "eagle3" and (candidate / "drafter").is_dir():
+            return candidate
+    raise SystemExit(f"error: {run} holds no evaluated EAGLE-3 run (drafter/ and .hydra/config.yaml); pass --run RUN")
+
+
+def train_drafthub(recipe: str, data: Path, out: Path, max_steps: int) -> tuple[Path, dict]:
+    """`python -m train recipe=<the run's>` again, in out/ on the run's data and features (linked): its training, and
+    its export (a one-prompt eval writes drafter/); the export and the training summary."""
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / "data").exists():
+        os.symlink(os.path.relpath(data, out), out / "data", target_is_directory=True)
+    cmd = [sys.executable, "-m", "train", f"recipe={recipe}", f"run_dir={out}", "stages=[train,eval]",
+           f"trainer.max_steps={max_steps}", "eval.num_prompts=1", "eval.max_new_tokens=8", "eval.warmup_prompts=0",
+           "eval.engine=dynamic"]  # fmt: skip
+    with open(out / "train.log", "w") as log:
+        subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
+    return out / "drafter", json.loads((out / "checkpoints" / "final" / "train_summary.json").read_text())
+
+
+def settings_of(cfg, rows: list[dict], max_steps: int, layer_ids: list[int]) -> PeerSettings:
+    """What both trainers are given: the run's EAGLE-3 settings (layer_ids: as its export resolved them), tokens a
+    step = batch_size mean-length rows."""
+    mean_tokens = sum(len(r["input_ids"]) for r in rows) / len(rows)
+    return PeerSettings(
+        layer_ids=layer_ids,
+        draft_vocab_size=cfg.drafter.draft_vocab_size,
+        ttt_steps=cfg.drafter.ttt_steps,
+        step_decay=cfg.drafter.step_decay,
+        lr=cfg.trainer.lr,
+        warmup_steps=cfg.trainer.warmup_steps,
+        weight_decay=cfg.trainer.weight_decay,
+        max_steps=max_steps,
+        tokens_per_step=round(mean_tokens * cfg.trainer.batch_size),
+        seed=cfg.trainer.seed,
+    )
+
+
+def measure(
+    target, tokenizer, exports: dict[str, Path], samples: Path, eval_cfg: EvalConfig, limit: int | None
+) -> dict[str, dict]:
+    """Every export measured together on the run's held-out prompts (the first one decoded once, untimed, first)."""
+    prompts = [s["prompt_ids"] for s in read_samples(samples)][:limit]
+    cfg = replace(eval_cfg, warmup_prompts=1, num_prompts=len(prompts), gamma_sweep=[])
+    device, vocab_size = next(target.parameters()).device, len(tokenizer)
+    entries = [
+        Entry(load_proposer(path, target, vocab_size, cfg, device)[0], cfg, {"kind": "eagle3", "trainer": name})
+        for name, path in exports.items()
+    ]
+    eos = eos_token_ids(target, tokenizer)
+    reports = evaluate_together(target, entries, [prompts[0], *prompts], eos, vocab_size)
+    return dict(zip(exports, reports))
+
+
+def row(name: str, report: dict, seconds: float, tokens: int) -> dict:
+    spread = report["tau_spread"]
+    return {
+        "trainer": LABELS.get(name, name),
+        "tau": round(report["tau"], 4),
+        "tau_interval": [round(spread["low"], 4), round(spread["high"], 4)],
+        "per_position_acceptance": [round(a, 4) for a in report["per_position_acceptance"]],
+        "speedup": round(report["speedup"], 4),
+        "lossless": report["lossless"],
+        "train_seconds": round(seconds, 1),
+        "train_tokens": tokens,
+        "train_tokens_per_second": round(tokens / seconds, 1),
+        "unmatched": UNMATCHED.get(name, []),
+    }
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| trainer | τ (95 %) | acceptance per position | speed-up | training | tokens/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        low, high = r["tau_interval"]
+        acc = ", ".join(f"{a:.2f}" for a in r["per_position_acceptance"])
+        lines.append(
+            f"| {r['trainer']} | {r['tau']:.3f} ({low:.3f}–{high:.3f}) | {acc} | {r['speedup']:.2f}× | "
+            f"{r['train_seconds'] / 60:.1f} min, {r['train_tokens']:,} tokens | {r['train_tokens_per_second']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    machine.announce()
+    eagle = eagle_run(args.run.resolve())
+    cfg = OmegaConf.load(eagle / ".hydra" / "config.yaml")
+    steps = args.max_steps or cfg.trainer.max_steps
+    data = (eagle / "data").resolve()
+    dataset = load_distilled(data)
+    rows = [{"input_ids": i, "loss_mask": m} for i, m in zip(dataset["input_ids"], dataset["loss_mask"])]
+    held_out = cfg.drafter.select_samples
+    args.out.mkdir(parents=True, exist_ok=True)
+    drafthub_export, summary = train_drafthub(cfg.recipe_name, data, args.out / "drafthub", steps)
+    layer_ids = json.loads((drafthub_export / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"]
+    settings = settings_of(cfg, rows[: len(rows) - held_out], steps, layer_ids)
+
+    target_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TargetConfig), cfg.target))
+    tokenizer, target = load_tokenizer(target_cfg), load_target(target_cfg, torch.device("cpu"))
+    vocab = DraftVocab.from_d2t(load_speculators(drafthub_export, target).d2t)  # drafthub's own, handed to the peer
+    peer_data = args.out / "speculators_data"
+    if not (peer_data / "drafthub_peer.json").exists():
+        write_speculators_data(target, rows, peer_data, settings.layer_ids, vocab)
+    ratio = (len(rows) - held_out + 0.5) / len(rows)  # speculators' split by row index: the same training rows
+    verifier = resolve_target(target_cfg)  # the directory transformers loads (a GGUF's dequantized copy)
+    train_lengths = [len(r["input_ids"]) for r in rows[: len(rows) - held_out]]
+    epochs = epochs_for(train_lengths, settings.tokens_per_step, steps, settings.seed)
+    spec_args = speculators_args(peer_data, verifier, args.out / "speculators", settings, ratio, epochs)
+    t0 = time.perf_counter()
+    speculators_export = run_speculators(spec_args, args.out / "speculators.log")
+    spec_seconds = time.perf_counter() - t0
+
+    eval_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(EvalConfig), cfg.eval))
+    reports = measure(target, tokenizer, {"drafthub": drafthub_export, "speculators": speculators_export},
+                      eagle / "eval" / "eval_samples.jsonl", eval_cfg, args.num_prompts)  # fmt: skip
+    tokens = settings.tokens_per_step * steps
+    rows_out = [
+        row("drafthub", reports["drafthub"], summary["seconds"], tokens),
+        row("speculators", reports["speculators"], spec_seconds, tokens),
+    ]
+    result = {"run": str(args.run), "settings": settings.__dict__, "trainers": rows_out}
+    print(table(rows_out))
+    print(json.dumps(machine.with_machine(result)))
+    return result
+
+
+if __name__ == "__main__":
+    main()
