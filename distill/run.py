@@ -112,8 +112,9 @@ def distill(
         )
     if data.source == "corpus":
         examples, why, heldout = _corpus(target, data, tokenizer), Counter(), []
+        first_source = None
     else:
-        examples, why, heldout = _prompts(
+        examples, why, heldout, first_source = _prompts(
             target, _with_magpie_requests(target, data, tokenizer, out_dir, device), tokenizer
         )
         if why:
@@ -148,6 +149,7 @@ def distill(
             "total_shards": len(shards),
             "dropped": dropped,
             "heldout": heldout,
+            "first_source_samples": first_source,
             "seconds": round(time.perf_counter() - start, 1),
         }
         atomic_write_text(out_dir / PART, json.dumps(part, indent=2))
@@ -162,6 +164,7 @@ def distill(
         dropped=dropped,
         heldout=heldout,
         seconds=time.perf_counter() - start,
+        first_source=first_source,
     )
 
 
@@ -185,10 +188,11 @@ def _check_settings(data: DataConfig) -> None:
         raise DistillError(f"data.shard_index={data.shard_index} must be ≥ 0 and < data.num_shards={data.num_shards}")
 
 
-def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[dict], Counter, list[int]]:
+def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[dict], Counter, list[int], int]:
     """The prompts of data.prompts and data.mix, encoded; why others were dropped ({reason: count}); the positions
-    in data.prompts of the held-out slice left out for eval (distill/heldout.py)."""
-    examples, dropped, offset, heldout = [], Counter(), 0, []
+    in data.prompts of the held-out slice left out for eval (distill/heldout.py); how many come from data.prompts
+    (they come first: distill/extend.py keeps them when data.max_prompts grows)."""
+    examples, dropped, offset, heldout, first_source = [], Counter(), 0, [], 0
     first = PromptSource(data.prompts, data.split, data.max_prompts, data.prompts_column)
     for number, source in enumerate([first, *data.mix]):
         if not source.prompts:
@@ -211,6 +215,7 @@ def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[di
         )
         offset += len(conversations)
         examples, dropped = examples + more, dropped + why
+        first_source = len(examples) if number == 0 else first_source
     if not examples and dropped[NO_USER]:
         others = Counter({why: n for why, n in dropped.items() if why != NO_USER})
         raise DistillError(
@@ -225,7 +230,7 @@ def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[di
             f"no usable prompt: {_reasons(dropped)}; drop the turns the target's chat template refuses from the "
             "prompts, or set target.chat_template to a template that accepts them"
         )
-    return examples, dropped, heldout
+    return examples, dropped, heldout, first_source
 
 
 NO_USER, TOO_LONG = "without a user turn", "longer than data.max_prompt_tokens"
@@ -272,6 +277,7 @@ def merge_parts(parts: list[str | Path], out_dir: str | Path, target: TargetConf
                 writer.copy(i, ShardWriter.path_in(part, i))
     first = infos[0][1]
     totals = {"num_shards": first["total_shards"], "dropped": first["dropped"], "heldout": first["heldout"]}
+    totals["first_source"] = first.get("first_source_samples")
     seconds = sum(info["seconds"] for _, info in infos)
     return _write_manifest(out_dir, target, data, tokenizer, digest=digest, seconds=seconds, **totals)
 
@@ -453,7 +459,9 @@ def _answers(examples: list[dict], sampler, seed: int, tokenizer, max_prompt_tok
     return sorted(out, key=lambda answer: answer[0])  # stable: a row's turns stay in order
 
 
-def _write_manifest(out_dir, target, data, tokenizer, *, digest, num_shards, dropped, heldout, seconds) -> dict:
+def _write_manifest(
+    out_dir, target, data, tokenizer, *, digest, num_shards, dropped, heldout, seconds, first_source=None
+) -> dict:
     ds = load_distilled(out_dir)
     reasons = ds["finish_reason"]
     manifest = {
@@ -472,6 +480,7 @@ def _write_manifest(out_dir, target, data, tokenizer, *, digest, num_shards, dro
             "dropped": dropped,  # {reason: count}: too long, no user turn, refused by the chat template
             # the held-out slice of data.prompts: positions in file order, never distilled (distill/heldout.py)
             "heldout": {"count": len(heldout), "seed": data.holdout_seed, "positions": heldout},
+            "first_source_samples": first_source,  # the samples of data.prompts, before data.mix's (None: unknown)
         },
         "backend": data.backend,
         "regenerate": data.regenerate,

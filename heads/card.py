@@ -21,6 +21,7 @@ def render_model_card(provenance: dict, *, library: str, usage: str, details: st
         f"| {speedup_text(ev)} | {_shape(ev)} | {ev.get('lossless')} |"
     )
     warnings = "".join(f"\n> ⚠️ {w}\n" for w in speed_warnings(ev))
+    compared = compared_section(provenance.get("compared"))
     return f"""---
 library_name: {library}
 pipeline_tag: text-generation
@@ -45,7 +46,7 @@ Timed on {timing_device(ev)}.{_prompts_line(ev)}
 {warnings}
 Per-position acceptance: {per_pos or "n/a"}.{gamma_line(ev, gamma)}\
 {_served_line(ev)}{load_section(ev.get("serving_load"))}
-{training_line(provenance.get("training_data"))}{compared_section(provenance.get("compared"))}{details}
+{training_line(provenance.get("training_data"), provenance.get("continues"))}{compared}{details}
 
 {usage}
 
@@ -164,13 +165,17 @@ def _origin(provenance: dict) -> str:
     return "made elsewhere and measured by drafthub (`python -m eval`)"
 
 
-def training_line(data: dict | None) -> str:
-    """What budget produced the τ above: data size and source, policy, steps."""
+def training_line(data: dict | None, continues: dict | None = None) -> str:
+    """What budget produced the τ above: data size and source, policy, steps (and the training it extends)."""
     if not data:
         return "Training: none (this drafter has no trained weights)."
+    extends = ""
+    if continues:
+        earlier = continues.get("published") or continues["run"]
+        extends = f" Continues the training of {earlier} from its step {continues['step']}."
     return (
         f"Training: {data['samples']} samples ({data['source']}), {data['policy']}, "
-        f"{data['optimizer_steps']} optimizer steps × {data['sequences_per_step']} sequences."
+        f"{data['optimizer_steps']} optimizer steps × {data['sequences_per_step']} sequences.{extends}"
     )
 
 

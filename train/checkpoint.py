@@ -39,8 +39,9 @@ def _disk_full(root: Path, error: Exception) -> bool:
         return False
 
 
-def save_checkpoint(accelerator, root: Path, step: int, config: dict, keep_last: int) -> Path:
-    """Write step-NNNNNNN under root whole or not at all; keep the last `keep_last` checkpoints.
+def save_checkpoint(accelerator, root: Path, step: int, config: dict, keep_last: int, keep: bool = False) -> Path:
+    """Write step-NNNNNNN under root whole or not at all; keep the last `keep_last` checkpoints, and those saved
+    with `keep` (a wsd run's checkpoint at its decay's start, which a longer run continues from).
 
     A full disk mid-write raises OSError(ENOSPC) naming root (whatever library noticed it), after
     removing this checkpoint's partial files: the earlier checkpoints are untouched, so a rerun resumes."""
@@ -54,7 +55,8 @@ def save_checkpoint(accelerator, root: Path, step: int, config: dict, keep_last:
         accelerator.save_state(str(tmp), safe_serialization=True)
         accelerator.wait_for_everyone()  # every process has written its part (RNG state, ZeRO shards) before the rename
         if accelerator.is_main_process:
-            (tmp / META).write_text(json.dumps({"step": step, "config": config}, indent=2))
+            meta = {"step": step, "config": config} | ({"kept": True} if keep else {})
+            (tmp / META).write_text(json.dumps(meta, indent=2))
             replace_directory(tmp, final)  # renames only: never a moment without a complete step-N of this step
     except BaseException as e:
         full = isinstance(e, Exception) and _disk_full(root, e)  # before the cleanup frees the space again
@@ -66,7 +68,8 @@ def save_checkpoint(accelerator, root: Path, step: int, config: dict, keep_last:
         raise
     if accelerator.is_main_process:
         for old in checkpoint_dirs(root)[:-keep_last]:
-            shutil.rmtree(old, ignore_errors=True)
+            if not json.loads((old / META).read_text()).get("kept"):
+                shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
 

@@ -37,8 +37,16 @@ class TrainerConfig:
     kd_temperature: float = 1.0  # softens both distributions before the KD loss
     lr: float = 3e-3  # peak learning rate (AdamW)
     weight_decay: float = 0.0
-    warmup_steps: int = 20  # linear warm-up, then cosine decay to 0 at max_steps
+    warmup_steps: int = 20  # linear warm-up, then the schedule's decay
     max_steps: int = 300  # optimizer steps
+    # cosine (a cosine to 0 at max_steps) | wsd (warm-up, stable, then a cosine to 0 over the last decay_share of
+    # max_steps): a wsd run keeps its checkpoint at the decay's start, from which any longer run continues exactly
+    schedule: str = "cosine"
+    decay_share: float = 0.2  # wsd: the share of max_steps its final decay takes
+    # a finished run directory of this drafter whose training this run extends (more trainer.max_steps, a larger
+    # data.max_prompts, or both; every other setting the same): training starts from its checkpoint, not step 0,
+    # and its distilled answers are reused (train/stages/continuation.py)
+    continue_from: Optional[str] = None
     batch_size: int = 16  # global micro-batch (sequences), split across processes
     grad_accum: int = 1  # micro-batches per optimizer step
     max_seq_len: int = 512  # longer samples are cut (with their answers' tails: see max_cut_share)

@@ -14,13 +14,13 @@ from accelerate.utils import (
     set_seed,
 )
 from tqdm.auto import tqdm
-from transformers import get_cosine_schedule_with_warmup
 
 from heads.formats.staging import atomic_write_text
 from train.checkpoint import keep_best, load_latest, save_checkpoint
 from train.config import TrainerConfig
 from train.data import BatchOrder
 from train.distributed import global_weight
+from train.schedule import build_scheduler, shared_until
 
 
 def train_loop(
@@ -59,7 +59,8 @@ def train_loop(
     )
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
-    scheduler = get_cosine_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.max_steps)
+    scheduler = build_scheduler(optimizer, cfg)
+    kept = shared_until(cfg) if cfg.schedule == "wsd" else None  # where a longer run continues from
     # prepare() wraps the model (DDP/FSDP/DeepSpeed) and places it; the frozen target stays outside.
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -109,8 +110,8 @@ def train_loop(
             accelerator.log(metrics, step=done)
             if accelerator.is_main_process:
                 append_log(ckpt_dir, done, metrics)
-        if done % cfg.save_every == 0 or done == cfg.max_steps:
-            save_checkpoint(accelerator, ckpt_dir, done, config_dict, cfg.keep_last)
+        if done % cfg.save_every == 0 or done in (cfg.max_steps, kept):
+            save_checkpoint(accelerator, ckpt_dir, done, config_dict, cfg.keep_last, keep=done == kept)
             if select is not None:
                 keep_best(accelerator, model, select, ckpt_dir, done)
         if stop_after is not None and done >= stop_after:

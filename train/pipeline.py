@@ -32,6 +32,7 @@ from train.config import PublishConfig, RunConfig, TrainerConfig
 from train.errors import PipelineError
 from train.setups import training_setup
 from train.setups.base import vllm_store
+from train.stages.continuation import continued_dataset, plan_continuation
 from train.stages.eval import eval_stage, eval_stages, headline
 from train.stages.preflight import check_run
 from train.stages.publish import publish_stage
@@ -106,6 +107,8 @@ def _reuse_or_announce(run: Run) -> None:
         )
     elif (data / "fingerprint.json").exists():
         print(f"[distill] resuming the unfinished dataset in {data} (hash {digest})")
+    elif continued_dataset(run.cfg, data, digest):
+        pass
     elif (other := find_dataset(digest, data, run.cfg.data)) is not None:
         adopt_dataset(other, data)
         print(f"[distill] reusing the dataset of {other}: same prompts, target and settings (hash {digest})")
@@ -162,7 +165,13 @@ def run_pipeline(config) -> dict:
         print(render_plan(plan))
         return {"plan": plan}
     cfg_dict = OmegaConf.to_container(dict_config, resolve=True)
+    continuation = plan_continuation(cfg, cfg_dict)  # the earlier run's settings and checkpoints, before any stage
     paths = RunPaths(resolve_run_dir(cfg, cfg_dict))
+    if continuation and continuation.source.root.resolve() == paths.root.resolve():
+        raise PipelineError(
+            f"trainer.continue_from is this run's own directory {paths.root}; a continuation writes a run of its "
+            "own: leave run_dir unset, or give another"
+        )
     # One run per directory: the main process holds the lock (launched peers are the same run).
     with exclusive(paths.root, "run directory") if _main_process() else nullcontext():
         return _run_stages(cfg, cfg_dict, dict_config, paths)

@@ -55,8 +55,12 @@ def _re_measured(row: dict) -> str:
 
 
 def _training(row: dict) -> str:
-    samples = row.get("training_samples")
-    return "none" if not samples else f"{samples:,} samples"
+    """Samples and optimizer steps; a continued version names the one it extends (its registry path's tail)."""
+    samples, steps, continues = row.get("training_samples"), row.get("training_steps"), row.get("continues")
+    if not samples:
+        return "none"
+    text = f"{samples:,} samples" + (f", {steps:,} steps" if steps else "")
+    return text + (f", continues {'/'.join(continues.split('/')[-2:])}" if continues else "")
 
 
 COLUMNS = (

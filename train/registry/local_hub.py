@@ -37,7 +37,7 @@ from train.registry.site import SITE, site_is_stale, write_site
 
 INDEX = "index.json"
 LOCK_WAIT_SECONDS = 600.0  # a racing publish waits this long for the one ahead of it (copies can be large)
-ROW_FORMAT = 4  # rows of an older format are derived again from their version's drafthub.json by repair()
+ROW_FORMAT = 5  # rows of an older format are derived again from their version's drafthub.json by repair()
 
 
 def _slug(name: str) -> str:
@@ -92,6 +92,9 @@ def _entry(prov: dict, dest: Path, hub: Path, published: str) -> dict:
         "serving_load": None if not ev.get("serving_load") else {"break_even": ev["serving_load"]["break_even"]},
         "parameters": _parameters(dest),
         "training_samples": (prov.get("training_data") or {}).get("samples"),  # None: nothing was trained
+        "training_steps": (prov.get("training_data") or {}).get("optimizer_steps"),
+        # the version whose training this one extends (trainer.continue_from), where that run was published
+        "continues": (prov.get("continues") or {}).get("published"),
         "size_bytes": sum(f["bytes"] for f in files),
         "files": files,
         "path": dest.relative_to(hub).as_posix(),

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 import torch
+from safetensors.torch import load_file
 
 from distill.feature_store import FeatureStore, store_dir, write_features
 from distill.target import eos_token_ids, padding_id
-from heads.vocab import build_draft_vocab, pick_mask_token, token_counts
+from heads.vocab import DraftVocab, build_draft_vocab, pick_mask_token, token_counts
 from train.data import collate
 from train.distributed import launched_processes
 from train.errors import PipelineError
@@ -61,6 +62,10 @@ class TrainContext:
     device: torch.device
     rank: int = 0  # this process's index (on-policy samples differ per process)
     barrier: Callable[[], None] = lambda: None  # waits for every process (accelerator.wait_for_everyone)
+    # a continued run's starting weights (train/stages/continuation.py): what it keeps of the earlier run's make-up,
+    # such as EAGLE-3's draft vocabulary, which more data would otherwise change
+    start_weights: Optional[Path] = None
+    start_config: dict = field(default_factory=dict)  # and the config.json of its final drafter
 
 
 @dataclass
@@ -180,6 +185,9 @@ def mask_token(ctx: TrainContext, key: str, vocab_rows: Optional[int] = None) ->
     setting = getattr(ctx.cfg.drafter, key)
     if setting is not None:
         return setting
+    kept = ctx.start_config.get(key, (ctx.start_config.get("arch") or {}).get(key))
+    if kept is not None:  # a continued run's embedding row was trained for this id: more data must not move it
+        return kept
     if vocab_rows is None:
         with whole_embeddings(ctx.target):
             vocab_rows = ctx.target.get_input_embeddings().weight.shape[0]
@@ -196,9 +204,14 @@ def draft_vocab(ctx: TrainContext):
     with whole_embeddings(ctx.target):
         vocab_rows = ctx.target.get_output_embeddings().weight.shape[0]
     counts = token_counts(ctx.dataset["input_ids"], ctx.dataset["loss_mask"], vocab_rows)
-    vocab, report = build_draft_vocab(
-        counts, ctx.cfg.drafter.draft_vocab_size, always=eos_token_ids(ctx.target, ctx.tokenizer)
-    )
+    if ctx.start_weights is not None:  # a continued run keeps the one its weights were trained over
+        vocab = DraftVocab.from_d2t(load_file(str(ctx.start_weights))["d2t"])
+        covered, total = counts[vocab.draft_to_target].sum().item(), counts.sum().item()
+        report = {"draft_vocab_size": vocab.size, "coverage": covered / total if total else 1.0}
+    else:
+        vocab, report = build_draft_vocab(
+            counts, ctx.cfg.drafter.draft_vocab_size, always=eos_token_ids(ctx.target, ctx.tokenizer)
+        )
     print(f"draft vocabulary: {vocab.size} tokens cover {report['coverage']:.1%} of the distilled answers' tokens")
     return vocab, report
 

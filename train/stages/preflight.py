@@ -20,6 +20,7 @@ from train.errors import PipelineError
 from train.eval_prompts import FILE_SUFFIXES, check_eval_source
 from train.losses import LOSSES
 from train.on_policy import POLICIES, ROLLOUTS
+from train.schedule import schedule_problem
 from train.setups import training_setup
 
 
@@ -204,6 +205,13 @@ def _check_training(setup, kind: str, trainer) -> None:
         raise PipelineError(
             f"trainer.on_policy_rollout={trainer.on_policy_rollout!r} is not available for {kind} drafters; "
             f"use one of {[r for r in ROLLOUTS if r in setup.on_policy_rollouts]}"
+        )
+    if problem := schedule_problem(trainer):
+        raise PipelineError(problem)
+    if trainer.continue_from and not trainer.resume:
+        raise PipelineError(
+            "trainer.continue_from starts from the earlier run's checkpoint, which trainer.resume=false would not "
+            "load; drop trainer.resume=false"
         )
     if not 0 < trainer.on_policy_fraction <= 1:
         raise PipelineError(f"trainer.on_policy_fraction={trainer.on_policy_fraction} must be in (0, 1]")

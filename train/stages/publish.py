@@ -41,6 +41,7 @@ def provenance(run: Run, report: dict) -> dict:
         "tokenizer_hash": tokenizer_hash(load_tokenizer(cfg.target)),
         "data_manifest_hash": manifest.get("config_hash"),
         "training_data": summary.get("training_data"),  # size, source and policy behind the τ (None: untrained)
+        "continues": summary.get("continued_from"),  # the run (and published version) whose training it extends
         "recipe": run.cfg_dict,
         "eval": report,  # whole: its figures_sha256 binds every field, the export hash the gate checks included
         "export_sha256": report["export_sha256"],

@@ -125,7 +125,7 @@ def check_ownership(paths: RunPaths, cfg_dict: dict) -> None:
             f"run directory {paths.root} holds a {theirs[1]} run of recipe {theirs[0]}, not {mine[1]} of {mine[0]}; "
             "give this run its own run_dir=PATH (or leave run_dir unset for a new timestamped one)"
         )
-    changed = _changed_training(saved, cfg_dict)
+    changed = changed_training(saved, cfg_dict)
     if changed and any(paths.checkpoints.glob("step-*")):
         raise PipelineError(
             f"run directory {paths.root} holds checkpoints trained with other settings ({', '.join(changed)} "
@@ -133,7 +133,7 @@ def check_ownership(paths: RunPaths, cfg_dict: dict) -> None:
         )
 
 
-def _changed_training(saved: dict, current: dict) -> list[str]:
+def changed_training(saved: dict, current: dict) -> list[str]:
     """The output-affecting drafter, trainer, data and target settings that differ between two configs."""
     a, b = output_settings(RunConfig, saved), output_settings(RunConfig, current)
     out = []
@@ -159,15 +159,16 @@ def find_dataset(config_hash: str, here: Path, data_cfg) -> Path | None:
     return None
 
 
+def link_or_copy(src, dst) -> None:
+    """A hard link where the filesystem allows (for files never written in place), else a copy."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def adopt_dataset(source: Path, here: Path) -> None:
     """Copy a finished dataset into this run (hard links where the filesystem allows: no bytes duplicated)."""
-
-    def link_or_copy(src, dst):
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-
     staging = here.parent / f".data-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(source, staging, copy_function=link_or_copy, ignore=shutil.ignore_patterns(".*"))

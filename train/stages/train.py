@@ -22,6 +22,7 @@ from train.loop import train_loop
 from train.setups import training_setup
 from train.setups.base import TrainContext
 from train.sharded_target import choose_sharding, full_bytes, held_bytes, load_training_target
+from train.stages.continuation import plan_continuation, seed_checkpoints
 from train.stages.run import Run
 from train.stages.run_dir import read_json
 
@@ -103,6 +104,13 @@ def train_stage(run: Run) -> dict:
     accelerator = build_accelerator(cfg.trainer, paths.root)
     device = accelerator.device if accelerator.num_processes > 1 else run.device  # each process's own GPU (or the CPU)
     tokenizer = load_tokenizer(cfg.target)
+    config_dict = {"drafter": run.cfg_dict["drafter"], "trainer": run.cfg_dict["trainer"]}
+    continuation = plan_continuation(cfg, run.cfg_dict)
+    if continuation:
+        print(f"[train] {continuation.describe()}", flush=True)
+        if accelerator.is_main_process:
+            seed_checkpoints(continuation, paths.checkpoints, config_dict)
+        accelerator.wait_for_everyone()
     if setup.feature_ids and cfg.drafter.features == "vllm":  # vLLM computes the features: no decoder layer here
         sharding, target = "heads only", load_target_heads(cfg.target, device)
     else:
@@ -122,6 +130,8 @@ def train_stage(run: Run) -> dict:
         device,
         accelerator.process_index,
         barrier=accelerator.wait_for_everyone,
+        start_weights=continuation.checkpoint / "model.safetensors" if continuation else None,
+        start_config=(read_json(continuation.source.final / "config.json") or {}) if continuation else {},
     )
     torch.manual_seed(cfg.trainer.seed)  # the fresh drafter's initial weights
     t0 = time.perf_counter()  # preparing counts: a vocabulary, offline features or a layer search is training cost
@@ -136,7 +146,7 @@ def train_stage(run: Run) -> dict:
         prepared.dataset,
         pad_token_id=padding_id(tokenizer),
         ckpt_dir=paths.checkpoints,
-        config_dict={"drafter": run.cfg_dict["drafter"], "trainer": run.cfg_dict["trainer"]},
+        config_dict=config_dict,
         select=prepared.select,
     )
     summary = {
@@ -153,6 +163,13 @@ def train_stage(run: Run) -> dict:
             replace(cfg, trainer=trainer), len(prepared.dataset), _answer_tokens(prepared.dataset)
         ),
     }
+    if continuation:
+        published = read_json(continuation.source.published) or {}  # the version it extends, where published
+        summary["continued_from"] = {
+            "run": str(continuation.source.root),
+            "step": continuation.step,
+            "published": published.get("registry") or published.get("hub"),
+        }
     state = full_state_dict(accelerator, trained)  # all processes: ZeRO-3 gathers the shards
     if accelerator.is_main_process:
         drafter = accelerator.unwrap_model(trained)
