@@ -337,6 +337,7 @@ class Eagle3Drafter(nn.Module):
         attention_mask: torch.Tensor,
         steps: int,
         feed: Optional[Callable[[int, torch.Tensor], torch.Tensor]] = None,
+        counted: Optional[torch.Tensor] = None,
     ) -> list[torch.Tensor]:
         """Training-time test over whole sequences.
 
@@ -345,8 +346,12 @@ class Eagle3Drafter(nn.Module):
             input_ids, attention_mask: (B, T).
             feed: optional (j, step j−1 logits (B, T, D)) → (B, T) target ids step j ≥ 1 reads at
                 each position instead of token t+j+1 — the drafter's own drafts, for on-policy training.
+            counted: optional (B, T) bool, the tokens a loss counts (without feed): step j's lm_head then runs
+                only where it predicts one of them. The lm_head is half the layer's work, and prompt and
+                padding positions are half the positions, so a training step costs a third less.
         Returns:
-            steps × (B, T, D): entry [t] of step j predicts token t+j+2 (after reading tokens up to t+j+1).
+            steps × (B, T, D): entry [t] of step j predicts token t+j+2 (after reading tokens up to t+j+1);
+            with `counted`, steps × (N_j, D): the entries t with counted[:, t+j+2], in row-major order.
         """
         B, T, _ = features.shape
         layer = self.layers[0]
@@ -368,7 +373,10 @@ class Eagle3Drafter(nn.Module):
             else:
                 diag_k.append(k), diag_v.append(v)
             hidden = self.output(layer.finish(layer.self_attn.attend(q, k0, v0, mask0, diag_k, diag_v), residual))
-            out.append(self.logits(hidden))
+            if counted is None or feed is not None:
+                out.append(self.logits(hidden))
+            else:  # entry t predicts token t+j+2: counted shifted left by j + 2
+                out.append(self.logits(hidden[F.pad(counted[:, j + 2 :], (0, j + 2))]))
         return out
 
     forward = ttt_logits  # the training entry point accelerate wraps is the training-time test

@@ -86,6 +86,25 @@ NORMS = {
 }
 
 
+def test_training_time_test_computes_only_the_counted_logits_and_the_same_ones(drafter, target, prompt_ids):
+    """With `counted` (the loss's tokens), step j returns the logits of exactly the entries whose token t+j+2 counts,
+    equal to the whole forward's there: the lm_head is spared the prompt and padding positions."""
+    ids = torch.tensor([prompt_ids[1][:24], prompt_ids[2][:24]])
+    mask = torch.ones_like(ids)
+    mask[1, 20:] = 0  # a padded row
+    counted = torch.zeros_like(ids, dtype=torch.bool)
+    counted[0, 9:] = counted[1, 5:20] = True  # answers after different prompts
+    features, _ = layer_features(target, ids, mask, IDS)
+    with torch.no_grad():
+        whole = drafter.ttt_logits(features, ids, mask, steps=3)
+        some = drafter.ttt_logits(features, ids, mask, steps=3, counted=counted)
+    for j, (full, kept) in enumerate(zip(whole, some)):
+        span = ids.shape[1] - j - 2
+        expected = full[:, :span][counted[:, j + 2 :]]
+        assert kept.shape == expected.shape and kept.shape[0] == counted[:, j + 2 :].sum()
+        torch.testing.assert_close(kept, expected)
+
+
 @pytest.mark.parametrize("norms", NORMS, ids=list(NORMS))
 def test_training_time_test_equals_step_by_step_decoding(drafter, target, prompt_ids, norms):
     """Step j at position t of the unrolled training forward = decoding the real entries up to t,

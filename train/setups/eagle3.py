@@ -81,8 +81,9 @@ class Eagle3TrainingTimeTest:
         loss al needs them (else None).
 
         With offline features and loss fkl only the draft vocabulary's rows of the lm_head run in a step (a sixth
-        of the lm_head for SmolLM2's 49k vocabulary), and each row's whole-vocabulary argmax is computed once, the
-        first time the row is read, and kept: a step then costs half as much on a CPU."""
+        of the lm_head for SmolLM2's 49k vocabulary), only at the positions the loss reads, and each row's
+        whole-vocabulary argmax is computed once, the first time the row is read, and kept: a step then costs half
+        as much on a CPU."""
         input_ids = batch["input_ids"]
         draft_ids = self.draft_ids.to(input_ids.device)
         if self.store is None or self.loss == "al":
@@ -91,13 +92,18 @@ class Eagle3TrainingTimeTest:
         rows = batch["rows"].tolist()  # host sync: disk lookup by row
         features, last_hidden = self.store.batch(rows, input_ids.shape[1])
         last_hidden = last_hidden.to(input_ids.device)
+        # the target's logits are read only at positions whose next token a loss counts: computed there alone
+        read = F.pad((batch["loss_mask"] * batch["attention_mask"]).bool()[:, 1:], (0, 1))
         new = [i for i, r in enumerate(rows) if r not in self._argmax]
         # in every step, even with no new row: a sharded target gathers its lm_head in each call, collectively
-        top = stored_logits(self.target, last_hidden[new]).argmax(-1)
+        top = torch.zeros(len(new), read.shape[1], dtype=torch.long, device=read.device)
+        top[read[new]] = stored_logits(self.target, last_hidden[new][read[new]]).argmax(-1)
         self._argmax.update({rows[i]: top[k].cpu() for k, i in enumerate(new)})
         width = input_ids.shape[1]
         top = torch.stack([F.pad(self._argmax[r][:width], (0, width - min(width, len(self._argmax[r])))) for r in rows])
-        draft_logits = stored_logits(self.target, last_hidden, rows=draft_ids)
+        needed = stored_logits(self.target, last_hidden[read], rows=draft_ids)
+        draft_logits = needed.new_zeros(*read.shape, len(draft_ids))
+        draft_logits[read] = needed
         return features.to(input_ids.device), draft_logits, top.to(input_ids.device), None
 
     def __call__(self, model, batch):
@@ -116,8 +122,8 @@ class Eagle3TrainingTimeTest:
                 return drafts[-1]
 
             outputs = model(features, input_ids, attention_mask, self.ttt_steps, feed)
-        else:
-            outputs = model(features, input_ids, attention_mask, self.ttt_steps)
+        else:  # logits only where the loss reads them (row-major, as [m] below takes them)
+            outputs = model(features, input_ids, attention_mask, self.ttt_steps, counted=counts)
         branch_logits, node_of = None, []
         if drafted and len(outputs) > 1:
             anchors = F.pad(counts[:, 2:], (0, 2))  # (B, T): anchor t's first draft is token t+2
@@ -142,7 +148,7 @@ class Eagle3TrainingTimeTest:
                 window = slice(j + 1, j + 1 + span)
                 p_draft, p_top = target_draft[:, window][m], target_top[:, window][m]
                 p_logits = None if target_logits is None else target_logits[:, window][m]
-            q = logits[:, :span][m].float().log_softmax(-1)  # (N, D)
+            q = (logits if logits.dim() == 2 else logits[:, :span][m]).float().log_softmax(-1)  # (N, D)
             if self.loss == "al":
                 alpha = acceptance_rate(q.exp(), p_logits.float().softmax(-1)[:, draft_ids])
                 alphas.append(torch.zeros(m.shape, device=alpha.device).masked_scatter(m, alpha))
