@@ -87,3 +87,28 @@ def export_entry(
             log_dir=Path(out_dir),
         )
     return Entry(proposer, cfg, names, out_dir, served, under_load)
+
+
+def measure_exports(
+    target,
+    exports: dict[str, Path],
+    prompt_ids: list[list[int]],
+    cfg: EvalConfig,
+    *,
+    vocab_size: int,
+    eos_ids,
+    gammas: Optional[dict[str, int]] = None,
+) -> dict[str, dict]:
+    """Several export directories measured together on prompt_ids (the first one decoded once, untimed, first;
+    no γ sweep): each its report, against one interleaved plain baseline; gammas: γ per export where it differs from
+    cfg's. The benchmarks' comparison of drafters trained differently (scripts/bench_peer_trainers.py,
+    bench_learning_curve.py)."""
+    cfg = replace(cfg, warmup_prompts=1, num_prompts=len(prompt_ids), gamma_sweep=[])
+    device = next(target.parameters()).device
+    entries = []
+    for name, path in exports.items():
+        own = replace(cfg, num_speculative_tokens=(gammas or {}).get(name, cfg.num_speculative_tokens))
+        proposer, kind = load_proposer(path, target, vocab_size, own, device)
+        entries.append(Entry(proposer, own, {"kind": kind, "drafter": name}))
+    reports = evaluate_together(target, entries, [prompt_ids[0], *prompt_ids], eos_ids, vocab_size)
+    return dict(zip(exports, reports))

@@ -87,3 +87,48 @@ def test_a_speculators_trained_eagle3_is_measured_by_our_engine_losslessly(
         target, proposer, prompt_ids[4:], cfg, {tokenizer.eos_token_id}, len(tokenizer), {}, progress=False
     )
     assert report["lossless"] and report["lossless_prompts"] == 2
+
+
+@pytest.mark.slow
+def test_a_modelopt_trained_eagle3_is_measured_by_our_engine_losslessly(
+    tmp_path, target, micro_world, tokenizer, prompt_ids, rows, written
+):
+    """ModelOpt's own EAGLE-3 (its model, loss and exporter) trained on our batches and feature store, its export put
+    in the speculators layout: our loader reads ModelOpt's weights, and our engine decodes with them losslessly."""
+    pytest.importorskip("modelopt.torch.speculative", reason="ModelOpt 0.47.0: pip install --no-deps (README)")
+    from datasets import Dataset
+    from safetensors.torch import load_file
+
+    from distill.feature_store import FeatureStore, write_features
+    from heads.config import Eagle3Config
+    from heads.eagle import Eagle3Drafter
+    from heads.formats.speculators import load_speculators, save_speculators
+    from train.data import BatchOrder
+    from train.peers.modelopt_run import as_speculators, train_modelopt
+
+    _, vocab, _ = written
+    dataset = Dataset.from_dict({k: [r[k] for r in rows] for k in ("input_ids", "loss_mask")})
+    write_features(target, dataset, tmp_path / "store", LAYERS)
+    settings = PeerSettings(
+        LAYERS, vocab.size, 2, 0.8, lr=1e-3, warmup_steps=1, weight_decay=0.0, max_steps=3, tokens_per_step=96
+    )
+    order = BatchOrder(dataset, 2, 512, tokenizer.pad_token_id, seed=0)
+    store = FeatureStore(tmp_path / "store")
+    export, seconds = train_modelopt(micro_world.target_dir, store, order, settings, vocab.d2t(), tmp_path)
+    logged = [json.loads(line) for line in (tmp_path / "modelopt.log").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [1, 2, 3] and seconds > 0
+    assert json.loads((export / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle3"]
+
+    ours = Eagle3Drafter.from_target(Eagle3Config(layer_ids=LAYERS, draft_vocab_size=vocab.size), target, vocab)
+    save_speculators(ours, tmp_path / "template", {"name_or_path": str(micro_world.target_dir)}, 2)
+    served = as_speculators(export, tmp_path / "template", tmp_path / "layout")
+    drafter = load_speculators(served, target)
+    theirs = load_file(str(export / "model.safetensors"))
+    torch.testing.assert_close(drafter.fc.weight, theirs["fc.weight"].float())  # ModelOpt's weights, not the template's
+    assert torch.equal(drafter.d2t, vocab.d2t())
+    cfg = EvalConfig(num_prompts=2, max_new_tokens=12, num_speculative_tokens=2, gamma_sweep=[], warmup_prompts=0)
+    proposer, kind = load_proposer(served, target, len(tokenizer), cfg, torch.device("cpu"))
+    report = evaluate(
+        target, proposer, prompt_ids[4:], cfg, {tokenizer.eos_token_id}, len(tokenizer), {}, progress=False
+    )
+    assert kind == "eagle3" and report["lossless"] and report["lossless_prompts"] == 2

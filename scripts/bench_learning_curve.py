@@ -1,0 +1,156 @@
+"""How much does training pay? drafthub's EAGLE-3 on SmolLM2: held-out τ and speed-up against training tokens seen.
+
+    python scripts/bench_learning_curve.py --run runs/smollm2_main/<ts> --steps 25 50 100 200 400 --out runs/curve
+
+--run is a finished main job (or `recipe=smollm2` run): its distilled data and features, its EAGLE-3's recipe and
+the held-out prompts its eval decoded. Each point is `python -m train recipe=<the run's> trainer.schedule=wsd
+trainer.max_steps=N` on that data, continued from the point before (trainer.continue_from: it starts where the
+shorter run's decay began, so each point ends with the weights of one uninterrupted run of N steps, and the curve
+costs its largest point plus the decays). Then every point and prompt lookup are measured together against one plain
+baseline, on the engine path the run's eval settings choose. A rerun reuses the finished points.
+Prints the machine line, a table and one JSON line (per point: steps, answer tokens seen, training seconds, τ with
+its 95 % interval, speed-up), and draws <out>/learning_curve.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from distill.config import TargetConfig
+from distill.target import eos_token_ids, load_target, load_tokenizer
+from eval import machine
+from eval.config import EvalConfig
+from eval.measure_export import measure_exports
+from eval.report import read_samples
+
+LOOKUP = "prompt lookup"
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", type=Path, required=True, help="a finished main job's (or recipe=smollm2's) run directory")
+    p.add_argument("--steps", type=int, nargs="+", default=[25, 50, 100, 200, 400], help="optimizer steps per point")
+    p.add_argument("--out", type=Path, default=Path("runs/bench_learning_curve"))
+    p.add_argument("--num-prompts", type=int, default=None, help="held-out prompts measured (default: the run's)")
+    p.add_argument("--lookup", type=Path, default=None, help="a prompt-lookup export of the target, measured beside")
+    p.add_argument("--lookup-gamma", type=int, default=4, help="its γ (the bake-off's pick for prompt lookup)")
+    return p.parse_args(argv)
+
+
+def eagle_run(run: Path) -> Path:
+    for candidate in (run, *sorted(p for p in run.iterdir() if p.is_dir())):
+        config = candidate / ".hydra" / "config.yaml"
+        if config.exists() and OmegaConf.load(config).drafter.kind == "eagle3" and (candidate / "drafter").is_dir():
+            return candidate
+    raise SystemExit(f"error: {run} holds no evaluated EAGLE-3 run (drafter/ and .hydra/config.yaml); pass --run RUN")
+
+
+def train_point(recipe: str, data: Path, out: Path, steps: int, before: Path | None) -> dict:
+    """One point's run (skipped when its export exists): its training summary, with the seconds of this run alone
+    (a continuation's own steps and decay)."""
+    run_dir = out / f"steps-{steps:05d}"
+    summary = run_dir / "checkpoints" / "final" / "train_summary.json"
+    if not (run_dir / "drafter" / "config.json").exists():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if not (run_dir / "data").exists():
+            os.symlink(os.path.relpath(data, run_dir), run_dir / "data", target_is_directory=True)
+        cmd = [sys.executable, "-m", "train", f"recipe={recipe}", f"run_dir={run_dir}", "stages=[train,eval]",
+               "trainer.schedule=wsd", f"trainer.max_steps={steps}", "eval.num_prompts=1", "eval.max_new_tokens=8",
+               "eval.warmup_prompts=0", "eval.engine=dynamic"]  # fmt: skip
+        if before is not None:
+            cmd.append(f"trainer.continue_from={before}")
+        with open(out / f"steps-{steps:05d}.log", "w") as log:
+            subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
+    return json.loads(summary.read_text()) | {"run_dir": str(run_dir)}
+
+
+def plot(path: Path, points: list[dict], lookup: dict | None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    x = [p["answer_tokens_seen"] for p in points]
+    below = [p["tau"] - p["tau_interval"][0] for p in points]
+    above = [p["tau_interval"][1] - p["tau"] for p in points]
+    left.errorbar(x, [p["tau"] for p in points], yerr=[below, above], marker="o", label="EAGLE-3 (drafthub)")
+    right.plot(x, [p["speedup"] for p in points], marker="o", label="EAGLE-3 (drafthub)")
+    right.axhline(1.0, color="grey", linestyle=":", label="plain decoding")
+    if lookup:
+        left.axhline(lookup["tau"], color="tab:green", linestyle="--", label=LOOKUP)
+        right.axhline(lookup["speedup"], color="tab:green", linestyle="--", label=LOOKUP)
+    for ax, label in ((left, "held-out τ (95 % interval)"), (right, "speed-up over plain decoding")):
+        ax.set_xscale("log"), ax.set_xlabel("answer tokens seen in training"), ax.set_ylabel(label), ax.legend()
+    fig.suptitle("SmolLM2-135M-Instruct: drafthub's EAGLE-3 against training compute")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    machine.announce()
+    eagle = eagle_run(args.run.resolve())
+    cfg = OmegaConf.load(eagle / ".hydra" / "config.yaml")
+    data = (eagle / "data").resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    summaries, before = [], None
+    for steps in sorted(args.steps):
+        summaries.append(train_point(cfg.recipe_name, data, args.out.resolve(), steps, before))
+        before = Path(summaries[-1]["run_dir"])
+    exports = {f"{s['optimizer_steps']} steps": Path(s["run_dir"]) / "drafter" for s in summaries}
+    if args.lookup:
+        exports[LOOKUP] = args.lookup
+    target_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TargetConfig), cfg.target))
+    tokenizer, target = load_tokenizer(target_cfg), load_target(target_cfg, torch.device("cpu"))
+    prompts = [s["prompt_ids"] for s in read_samples(eagle / "eval" / "eval_samples.jsonl")][: args.num_prompts]
+    eval_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(EvalConfig), cfg.eval))
+    eos, gammas = eos_token_ids(target, tokenizer), {LOOKUP: args.lookup_gamma}
+    reports = measure_exports(target, exports, prompts, eval_cfg, vocab_size=len(tokenizer), eos_ids=eos, gammas=gammas)
+    points = [point(s, reports[name]) for s, name in zip(summaries, exports)]
+    lookup = None if not args.lookup else {k: reports[LOOKUP][k] for k in ("tau", "speedup")}
+    plot(args.out / "learning_curve.png", points, lookup)
+    print(table(points, lookup))
+    result = {"run": str(args.run), "points": points, "prompt_lookup": lookup}
+    print(json.dumps(machine.with_machine(result)))
+    return result
+
+
+def point(summary: dict, report: dict) -> dict:
+    spread = report["tau_spread"]
+    return {
+        "steps": summary["optimizer_steps"],
+        "answer_tokens_seen": summary["training_data"]["answer_tokens_seen"],
+        "train_seconds": summary["seconds"],
+        "continued_from": (summary.get("continued_from") or {}).get("step"),
+        "tau": round(report["tau"], 4),
+        "tau_interval": [round(spread["low"], 4), round(spread["high"], 4)],
+        "per_position_acceptance": [round(a, 4) for a in report["per_position_acceptance"]],
+        "speedup": round(report["speedup"], 4),
+        "lossless": report["lossless"],
+    }
+
+
+def table(points: list[dict], lookup: dict | None) -> str:
+    lines = ["| steps | answer tokens seen | training (this run) | τ (95 %) | speed-up |", "|---|---|---|---|---|"]
+    for p in points:
+        low, high = p["tau_interval"]
+        lines.append(
+            f"| {p['steps']} | {p['answer_tokens_seen']:,} | {p['train_seconds']:.0f} s | {p['tau']:.3f} "
+            f"({low:.3f}–{high:.3f}) | {p['speedup']:.2f}× |"
+        )
+    if lookup:
+        lines.append(f"| {LOOKUP} | 0 | 0 s | {lookup['tau']:.3f} | {lookup['speedup']:.2f}× |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
