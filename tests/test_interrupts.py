@@ -105,8 +105,8 @@ def test_training_stopped_by_ctrl_c_or_a_full_disk_resumes_to_the_same_weights(t
         assert "Traceback" not in err
         return code, _last_line(err) if code else ""
 
-    def ctrl_c_after_step_2(accelerator, root, step, *args):
-        save_checkpoint(accelerator, root, step, *args)
+    def ctrl_c_after_step_2(accelerator, root, step, *args, **kwargs):
+        save_checkpoint(accelerator, root, step, *args, **kwargs)
         if step == 2:
             raise KeyboardInterrupt  # during step 3
 
