@@ -30,8 +30,11 @@ from eval import machine
 from eval.config import EvalConfig
 from eval.measure_export import measure_exports
 from eval.report import read_samples
+from train.peers.runs import evaluated_run
 
 LOOKUP = "prompt lookup"
+
+KIND = "eagle3"  # the family this benchmark compares
 
 
 def parse_args(argv):
@@ -43,14 +46,6 @@ def parse_args(argv):
     p.add_argument("--lookup", type=Path, default=None, help="a prompt-lookup export of the target, measured beside")
     p.add_argument("--lookup-gamma", type=int, default=4, help="its γ (the bake-off's pick for prompt lookup)")
     return p.parse_args(argv)
-
-
-def eagle_run(run: Path) -> Path:
-    for candidate in (run, *sorted(p for p in run.iterdir() if p.is_dir())):
-        config = candidate / ".hydra" / "config.yaml"
-        if config.exists() and OmegaConf.load(config).drafter.kind == "eagle3" and (candidate / "drafter").is_dir():
-            return candidate
-    raise SystemExit(f"error: {run} holds no evaluated EAGLE-3 run (drafter/ and .hydra/config.yaml); pass --run RUN")
 
 
 def train_point(recipe: str, data: Path, out: Path, steps: int, before: Path | None) -> dict:
@@ -98,7 +93,7 @@ def plot(path: Path, points: list[dict], lookup: dict | None) -> None:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     machine.announce()
-    eagle = eagle_run(args.run.resolve())
+    eagle = evaluated_run(args.run.resolve(), KIND)
     cfg = OmegaConf.load(eagle / ".hydra" / "config.yaml")
     data = (eagle / "data").resolve()
     args.out.mkdir(parents=True, exist_ok=True)

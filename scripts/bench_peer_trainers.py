@@ -41,6 +41,7 @@ from eval.report import read_samples
 from heads.formats.speculators import load_speculators
 from heads.vocab import DraftVocab
 from train.data import BatchOrder
+from train.peers.runs import evaluated_run
 from train.peers.speculators_data import write_speculators_data
 from train.peers.speculators_run import PeerSettings, epochs_for, run_speculators, speculators_args
 
@@ -69,6 +70,8 @@ UNMATCHED = {  # what differs between the trainers however they are set, and why
     ],
 }
 
+KIND = "eagle3"  # the family this benchmark compares
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,15 +82,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--peers", nargs="*", default=["speculators", "modelopt"], choices=["speculators", "modelopt"])
     p.add_argument("--retrain", action="store_true", help="train again even where --out holds a finished run")
     return p.parse_args(argv)
-
-
-def eagle_run(run: Path) -> Path:
-    """The EAGLE-3's run directory: the run itself, or the main job's contender that trained one."""
-    for candidate in (run, *sorted(p for p in run.iterdir() if p.is_dir())):
-        config = candidate / ".hydra" / "config.yaml"
-        if config.exists() and OmegaConf.load(config).drafter.kind == "eagle3" and (candidate / "drafter").is_dir():
-            return candidate
-    raise SystemExit(f"error: {run} holds no evaluated EAGLE-3 run (drafter/ and .hydra/config.yaml); pass --run RUN")
 
 
 def train_drafthub(recipe: str, data: Path, out: Path, max_steps: int) -> tuple[Path, dict]:
@@ -180,7 +174,7 @@ def modelopt_missing() -> str | None:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     machine.announce()
-    eagle = eagle_run(args.run.resolve())
+    eagle = evaluated_run(args.run.resolve(), KIND)
     cfg = OmegaConf.load(eagle / ".hydra" / "config.yaml")
     steps = args.max_steps or cfg.trainer.max_steps
     data = (eagle / "data").resolve()
