@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
@@ -30,7 +27,7 @@ from eval import machine
 from eval.config import EvalConfig
 from eval.measure_export import measure_exports
 from eval.report import read_samples
-from train.peers.runs import evaluated_run
+from train.peers.runs import evaluated_run, train_on_run_data
 
 LOOKUP = "prompt lookup"
 
@@ -51,20 +48,10 @@ def parse_args(argv):
 def train_point(recipe: str, data: Path, out: Path, steps: int, before: Path | None) -> dict:
     """One point's run (skipped when its export exists): its training summary, with the seconds of this run alone
     (a continuation's own steps and decay)."""
-    run_dir = out / f"steps-{steps:05d}"
-    summary = run_dir / "checkpoints" / "final" / "train_summary.json"
-    if not (run_dir / "drafter" / "config.json").exists():
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if not (run_dir / "data").exists():
-            os.symlink(os.path.relpath(data, run_dir), run_dir / "data", target_is_directory=True)
-        cmd = [sys.executable, "-m", "train", f"recipe={recipe}", f"run_dir={run_dir}", "stages=[train,eval]",
-               "trainer.schedule=wsd", f"trainer.max_steps={steps}", "eval.num_prompts=1", "eval.max_new_tokens=8",
-               "eval.warmup_prompts=0", "eval.engine=dynamic"]  # fmt: skip
-        if before is not None:
-            cmd.append(f"trainer.continue_from={before}")
-        with open(out / f"steps-{steps:05d}.log", "w") as log:
-            subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
-    return json.loads(summary.read_text()) | {"run_dir": str(run_dir)}
+    overrides = ["trainer.schedule=wsd", f"trainer.max_steps={steps}"]
+    if before is not None:
+        overrides.append(f"trainer.continue_from={before}")
+    return train_on_run_data(data, recipe, out / f"steps-{steps:05d}", overrides)
 
 
 def plot(path: Path, points: list[dict], lookup: dict | None) -> None:

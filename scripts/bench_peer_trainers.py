@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
+import shutil
 import time
 from pathlib import Path
 
@@ -41,7 +39,7 @@ from eval.report import read_samples
 from heads.formats.speculators import load_speculators
 from heads.vocab import DraftVocab
 from train.data import BatchOrder
-from train.peers.runs import evaluated_run
+from train.peers.runs import evaluated_run, train_on_run_data
 from train.peers.speculators_data import write_speculators_data
 from train.peers.speculators_run import PeerSettings, epochs_for, run_speculators, speculators_args
 
@@ -80,22 +78,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=None, help="optimizer steps (default: the run's)")
     p.add_argument("--num-prompts", type=int, default=None, help="held-out prompts measured (default: the run's)")
     p.add_argument("--peers", nargs="*", default=["speculators", "modelopt"], choices=["speculators", "modelopt"])
-    p.add_argument("--retrain", action="store_true", help="train again even where --out holds a finished run")
+    p.add_argument("--retrain", action="store_true", help="train again (removing the earlier run in --out)")
     return p.parse_args(argv)
 
 
 def train_drafthub(recipe: str, data: Path, out: Path, max_steps: int) -> tuple[Path, dict]:
-    """`python -m train recipe=<the run's>` again, in out/ on the run's data and features (linked): its training, and
-    its export (a one-prompt eval writes drafter/); the export and the training summary."""
-    out.mkdir(parents=True, exist_ok=True)
-    if not (out / "data").exists():
-        os.symlink(os.path.relpath(data, out), out / "data", target_is_directory=True)
-    cmd = [sys.executable, "-m", "train", f"recipe={recipe}", f"run_dir={out}", "stages=[train,eval]",
-           f"trainer.max_steps={max_steps}", "eval.num_prompts=1", "eval.max_new_tokens=8", "eval.warmup_prompts=0",
-           "eval.engine=dynamic"]  # fmt: skip
-    with open(out / "train.log", "w") as log:
-        subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
-    return out / "drafter", json.loads((out / "checkpoints" / "final" / "train_summary.json").read_text())
+    """`python -m train recipe=<the run's>` again, in out/ on the run's data and features (linked): the export and
+    the training summary."""
+    summary = train_on_run_data(data, recipe, out, [f"trainer.max_steps={max_steps}"])
+    return out / "drafter", summary
 
 
 def settings_of(cfg, rows: list[dict], max_steps: int, layer_ids: list[int]) -> PeerSettings:
@@ -156,6 +147,8 @@ def trained(out: Path, retrain: bool, train) -> tuple[Path, float]:
         if Path(saved["export"]).is_dir():
             print(f"[bench] reusing {out.name}'s run of {saved['when']} ({saved['seconds']:.0f} s of training)")
             return Path(saved["export"]), saved["seconds"]
+    if retrain and out.exists():
+        shutil.rmtree(out)  # a resumed run would not train again
     out.mkdir(parents=True, exist_ok=True)
     export, seconds = train()
     when = time.strftime("%Y-%m-%d %H:%M")

@@ -95,6 +95,8 @@ CASES = [
     ("missing eval prompts file", "train", [*TRAIN, "eval_prompts={t}/none.jsonl"], "none.jsonl does not exist"),
     ("missing prompts file", "train", [*TRAIN, "data.prompts={t}/none.jsonl"], "none.jsonl does not exist"),
     ("unknown loss", "train", [*TRAIN, "trainer.loss=nope"], "trainer.loss='nope' is not a loss"),
+    ("unknown optimizer", "train", [*TRAIN, "trainer.optimizer=sgd"], "trainer.optimizer='sgd'; use one of"),
+    ("top-k targets for a draft LM", "train", [*TRAIN, "trainer.kd_top_k=8"], "for EAGLE-3's loss fkl only"),
     ("unknown data source", "train", [*TRAIN, "data.source=nope"], "data.source='nope'; use one of"),
     ("unknown toy world", "train", ["stages=[distill]", "target.name_or_path=toyworld:huge"], "unknown toy world"),
     (

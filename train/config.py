@@ -35,7 +35,12 @@ class TrainerConfig:
     on_policy_rollout: str = "chains"
     jsd_beta: float = 0.5  # β of the generalised JSD (0.5 = symmetric JSD)
     kd_temperature: float = 1.0  # softens both distributions before the KD loss
-    lr: float = 3e-3  # peak learning rate (AdamW)
+    # EAGLE-3, loss fkl: the target's distribution cut to its k most likely draft-vocabulary tokens and renormalised
+    # (what a store of top-k logits keeps instead of the hidden state); 0 = its whole draft-vocabulary distribution
+    kd_top_k: int = 0
+    lr: float = 3e-3  # peak learning rate (of AdamW, and of Muon scaled to AdamW's RMS)
+    # adamw | muon (Muon on the drafter's hidden matrices, AdamW on embeddings, lm_head, vectors: train/optimizers.py)
+    optimizer: str = "adamw"
     weight_decay: float = 0.0
     warmup_steps: int = 20  # linear warm-up, then the schedule's decay
     max_steps: int = 300  # optimizer steps

@@ -10,9 +10,7 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import (
-    set_seed,
-)
+from accelerate.utils import set_seed
 from tqdm.auto import tqdm
 
 from heads.formats.staging import atomic_write_text
@@ -20,6 +18,7 @@ from train.checkpoint import keep_best, load_latest, save_checkpoint
 from train.config import TrainerConfig
 from train.data import BatchOrder
 from train.distributed import global_weight
+from train.optimizers import build_optimizer
 from train.schedule import build_scheduler, shared_until
 
 
@@ -58,7 +57,7 @@ def train_loop(
         world_size=accelerator.num_processes,
     )
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
+    optimizer = build_optimizer(model, cfg, accelerator.distributed_type)
     scheduler = build_scheduler(optimizer, cfg)
     kept = shared_until(cfg) if cfg.schedule == "wsd" else None  # where a longer run continues from
     # prepare() wraps the model (DDP/FSDP/DeepSpeed) and places it; the frozen target stays outside.

@@ -215,3 +215,19 @@ def test_accelerate_configs_load_with_accelerate(path):
     if expected == "DEEPSPEED":
         assert cfg.deepspeed_config["zero_stage"] == int(path.stem[-1])
     assert path.read_text().startswith("#") and "accelerate launch --config_file" in path.read_text()
+
+
+def test_every_training_lever_benchmarked_is_a_setting_the_recipe_accepts():
+    """scripts/bench_levers.py changes one setting of the main job's EAGLE-3 per lever: each must compose and pass
+    the training checks, or the benchmark would stop mid-way (or measure a lever that changed nothing)."""
+    from tests.conftest import import_script
+    from train.setups import training_setup
+    from train.stages.preflight import _check_training
+
+    levers = import_script("bench_levers").LEVERS
+    base = OmegaConf.to_object(compose("config", overrides=["recipe=smollm2"]))
+    for name, (overrides, _) in levers.items():
+        run = OmegaConf.to_object(compose("config", overrides=["recipe=smollm2", *overrides]))
+        _check_training(training_setup(run.drafter.kind), run.drafter.kind, run.trainer)
+        changed = [g for g in ("drafter", "trainer") if getattr(run, g) != getattr(base, g)]
+        assert bool(changed) == bool(overrides), name

@@ -85,3 +85,26 @@ def test_eagle1_offline_features_give_the_online_first_step_loss(tmp_path, datas
         drafter, batch
     )
     torch.testing.assert_close(offline, online, rtol=2e-2, atol=2e-2)
+
+
+def test_hard_labels_on_greedy_answers_are_the_top_1_soft_targets(tmp_path, target, tokenizer):
+    """loss=ce learns the sampled tokens; on the target's own greedy answers each is the target's argmax, so with a
+    draft vocabulary of every token it is exactly the soft loss cut to the top 1 (trainer.kd_top_k=1), while the
+    top-V cut is the whole soft loss and a top-2 cut is neither."""
+    data = DataConfig(max_prompts=8, batch_size=8, shard_size=8, sampling=SamplingConfig(max_new_tokens=16))
+    data.sampling.temperature = 0.0
+    distill(TargetConfig(name_or_path="toyworld:micro"), data, tmp_path / "greedy", "cpu")
+    greedy = load_distilled(tmp_path / "greedy")
+    V = target.config.vocab_size
+    vocab, _ = build_draft_vocab(token_counts(greedy["input_ids"], greedy["loss_mask"], V), V)
+    torch.manual_seed(0)
+    drafter = Eagle3Drafter.from_target(Eagle3Config(layer_ids=IDS), target, vocab)
+    batch = BatchOrder(greedy, 8, 512, tokenizer.pad_token_id, seed=0).batch(0)
+
+    def loss(**kw):
+        return Eagle3TrainingTimeTest(target, IDS, vocab.draft_to_target, ttt_steps=2, **kw)(drafter, batch)[0]
+
+    soft, hard, top1 = loss(), loss(loss="ce"), loss(top_k=1)
+    torch.testing.assert_close(hard, top1, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(loss(top_k=V), soft, rtol=1e-6, atol=1e-6)
+    assert abs(float(loss(top_k=2)) - float(soft)) > 1e-3 and abs(float(loss(top_k=2)) - float(hard)) > 1e-3

@@ -24,10 +24,11 @@ def _drafter(target, tokenizer, kind="draft_lm"):
     )
 
 
-def _train(tmp, dataset, target, tokenizer, *, stop_after=None, resume=True, kind="draft_lm"):
+def _train(tmp, dataset, target, tokenizer, *, stop_after=None, resume=True, kind="draft_lm", optimizer="adamw"):
     cfg = TrainerConfig(
-        max_steps=6, batch_size=4, grad_accum=2, save_every=3, warmup_steps=2, lr=1e-2, resume=resume, log_every=1
-    )
+        max_steps=6, batch_size=4, grad_accum=2, save_every=3, warmup_steps=2, lr=1e-2, resume=resume, log_every=1,
+        optimizer=optimizer,
+    )  # fmt: skip
     drafter = _drafter(target, tokenizer, kind)
     objective = (
         MedusaDistillation(target, 2, "ce", len(tokenizer))
@@ -37,19 +38,20 @@ def _train(tmp, dataset, target, tokenizer, *, stop_after=None, resume=True, kin
     return run_loop(tmp, cfg, drafter, objective, dataset, tokenizer.pad_token_id, stop_after=stop_after)
 
 
-@pytest.mark.parametrize("kind", ["draft_lm", "medusa"])
-def test_resumed_training_ends_with_the_same_weights(tmp_path, micro_world, target, tokenizer, kind):
+@pytest.mark.parametrize("kind,optimizer", [("draft_lm", "adamw"), ("medusa", "adamw"), ("draft_lm", "muon")])
+def test_resumed_training_ends_with_the_same_weights(tmp_path, micro_world, target, tokenizer, kind, optimizer):
     data = DataConfig(max_prompts=16, batch_size=8, shard_size=16, sampling=SamplingConfig(max_new_tokens=16))
     distill(TargetConfig(name_or_path="toyworld:micro"), data, tmp_path / "data", "cpu")
     dataset = load_distilled(tmp_path / "data")
 
-    straight, _, metrics = _train(tmp_path / "a", dataset, target, tokenizer, kind=kind)
-    # killed after step 4; last checkpoint: step 3
-    _train(tmp_path / "b", dataset, target, tokenizer, stop_after=4, kind=kind)
-    resumed, _, resumed_metrics = _train(tmp_path / "b", dataset, target, tokenizer, kind=kind)
+    run = dict(kind=kind, optimizer=optimizer)
+    straight, _, metrics = _train(tmp_path / "a", dataset, target, tokenizer, **run)
+    # killed after step 4; last checkpoint: step 3 (with Muon: its momentum and AdamW's moments saved as one state)
+    _train(tmp_path / "b", dataset, target, tokenizer, stop_after=4, **run)
+    resumed, _, resumed_metrics = _train(tmp_path / "b", dataset, target, tokenizer, **run)
     assert resumed_metrics["loss"] == pytest.approx(metrics["loss"], rel=1e-6)
     # Killed after the last checkpoint, before the summary: the rerun reports the logged figures, not NaN.
-    _, _, again = _train(tmp_path / "b", dataset, target, tokenizer, kind=kind)
+    _, _, again = _train(tmp_path / "b", dataset, target, tokenizer, **run)
     assert again == resumed_metrics
     assert straight.keys() == resumed.keys()
     for k in straight:

@@ -1,7 +1,12 @@
-"""Which run directory a benchmark reads: the one that trained and evaluated the drafter it compares."""
+"""The runs a benchmark reads and starts: the run that trained and evaluated the drafter it compares, and more
+trainings of that drafter on the same run's data."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -15,3 +20,25 @@ def evaluated_run(run: Path, kind: str) -> Path:
         if config.exists() and OmegaConf.load(config).drafter.kind == kind and (candidate / "drafter").is_dir():
             return candidate
     raise SystemExit(f"error: {run} holds no evaluated {kind} run (drafter/ and .hydra/config.yaml); pass --run RUN")
+
+
+# a one-prompt eval after training: it writes the export (drafter/); the benchmarks measure the exports themselves
+EXPORT_ONLY = ["eval.num_prompts=1", "eval.max_new_tokens=8", "eval.warmup_prompts=0", "eval.engine=dynamic"]
+
+
+def train_on_run_data(data: Path | None, recipe: str, run_dir: Path, overrides: list[str]) -> dict:
+    """`python -m train recipe=<recipe> <overrides>` in run_dir on an earlier run's distilled data and features
+    (linked, not copied: nothing is distilled or computed again; data None: the run distils its own), logged to
+    run_dir/train.log; skipped where run_dir holds its export already (a rerun reuses finished runs). Its training
+    summary, with run_dir."""
+    if not (run_dir / "drafter" / "config.json").exists():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if data is not None and not (run_dir / "data").exists():
+            os.symlink(os.path.relpath(data, run_dir), run_dir / "data", target_is_directory=True)
+        stages = "stages=[train,eval]" if data is not None else "stages=[distill,train,eval]"
+        cmd = [sys.executable, "-m", "train", f"recipe={recipe}", f"run_dir={run_dir}", stages, *EXPORT_ONLY,
+               *overrides]  # fmt: skip
+        with open(run_dir / "train.log", "w") as log:
+            subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
+    summary = json.loads((run_dir / "checkpoints" / "final" / "train_summary.json").read_text())
+    return summary | {"run_dir": str(run_dir)}

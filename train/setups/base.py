@@ -96,6 +96,7 @@ class TrainingSetup:
     # lm_head input); None: the family reads no stored features (drafter.features is not its setting)
     feature_ids: Optional[Callable[[Any, Any], list[int]]] = None
     losses: tuple[str, ...] = ("fkl",)  # trainer.loss values the objective implements (others are refused)
+    top_k_targets: bool = False  # its fkl reads trainer.kd_top_k (else kd_top_k > 0 is refused)
     # why trainer.policy=on_policy is refused, or None where the objective trains on the drafter's own drafts
     off_policy_only: Optional[str] = "its drafts never feed back into its own inputs"
     on_policy_rollouts: tuple[str, ...] = ("chains",)  # trainer.on_policy_rollout values it implements

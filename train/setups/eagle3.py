@@ -34,7 +34,8 @@ class Eagle3TrainingTimeTest:
     Step j (of `ttt_steps`) at position t predicts token t+j+2 after reading the drafter's own step
     j−1 output; its target is the target's distribution for that token (logits at t+j+1)
     restricted to the draft vocabulary and renormalised; loss_j is the soft cross-entropy, the
-    total Σ_j step_decay^j · loss_j. A position counts when its token is assistant-written. Logged per
+    total Σ_j step_decay^j · loss_j (top_k > 0: the target's distribution cut to its top k; loss `ce`: the
+    sampled token as a hard label, no teacher). A position counts when its token is assistant-written. Logged per
     step: accuracy (the drafter's argmax, mapped to a target id, equals the target's argmax) and
     `sim_tau` = 1 + Σ_j Π_{i≤j} acc_i, the accepted length a chain of `ttt_steps` would reach if
     steps erred independently — a cheap stand-in for decoding, used to pick the best checkpoint.
@@ -57,12 +58,16 @@ class Eagle3TrainingTimeTest:
         *,
         loss: str = "fkl",
         on_policy: Optional[OnPolicy] = None,
+        top_k: int = 0,
     ):
         """store: a distill.feature_store.FeatureStore for offline features (then only the target's lm_head runs)."""
         self.target, self.layer_ids, self.store = target, list(layer_ids), store
         self.ttt_steps, self.step_decay = ttt_steps, step_decay
         self.draft_ids = draft_ids  # (D,) target id of each draft id
-        self.loss, self.on_policy = loss, on_policy
+        self.loss, self.on_policy, self.top_k = loss, on_policy, top_k
+        if loss == "ce":  # target id → draft id (−1: outside the draft vocabulary), for the sampled tokens' labels
+            self.to_draft = torch.full((target.config.vocab_size,), -1, dtype=torch.long)
+            self.to_draft[draft_ids] = torch.arange(len(draft_ids))
         self.progress_keys = ["loss", "sim_tau", "step0_acc"]
         self._argmax: dict[int, torch.Tensor] = {}  # dataset row → the target's argmax at each of its positions
 
@@ -101,10 +106,19 @@ class Eagle3TrainingTimeTest:
         self._argmax.update({rows[i]: top[k].cpu() for k, i in enumerate(new)})
         width = input_ids.shape[1]
         top = torch.stack([F.pad(self._argmax[r][:width], (0, width - min(width, len(self._argmax[r])))) for r in rows])
+        if self.loss == "ce":  # hard labels: no teacher distribution to compute
+            return features.to(input_ids.device), None, top.to(input_ids.device), None
         needed = stored_logits(self.target, last_hidden[read], rows=draft_ids)
         draft_logits = needed.new_zeros(*read.shape, len(draft_ids))
         draft_logits[read] = needed
         return features.to(input_ids.device), draft_logits, top.to(input_ids.device), None
+
+    def _teacher(self, p_draft: torch.Tensor) -> torch.Tensor:
+        """(N, D) the target's distribution over the draft vocabulary, or over its top_k tokens renormalised."""
+        if not self.top_k:
+            return p_draft.float().softmax(-1)
+        top = p_draft.float().topk(min(self.top_k, p_draft.shape[-1]), dim=-1)
+        return torch.zeros_like(p_draft, dtype=torch.float32).scatter_(-1, top.indices, top.values.softmax(-1))
 
     def __call__(self, model, batch):
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
@@ -146,16 +160,20 @@ class Eagle3TrainingTimeTest:
                 p_draft, p_top = p_logits[:, draft_ids], p_logits.argmax(-1)
             else:  # the target's logits for token t+j+2: over the draft vocabulary (N, D), its argmax, all (N, V)
                 window = slice(j + 1, j + 1 + span)
-                p_draft, p_top = target_draft[:, window][m], target_top[:, window][m]
+                p_draft = None if target_draft is None else target_draft[:, window][m]
+                p_top = target_top[:, window][m]
                 p_logits = None if target_logits is None else target_logits[:, window][m]
             q = (logits if logits.dim() == 2 else logits[:, :span][m]).float().log_softmax(-1)  # (N, D)
             if self.loss == "al":
                 alpha = acceptance_rate(q.exp(), p_logits.float().softmax(-1)[:, draft_ids])
                 alphas.append(torch.zeros(m.shape, device=alpha.device).masked_scatter(m, alpha))
                 loss_j = q.new_zeros(())
+            elif self.loss == "ce":  # the sampled token t+j+2 as a hard label, where the draft vocabulary holds it
+                label = self.to_draft.to(q.device)[input_ids[:, j + 2 :][m]]
+                kept = label >= 0
+                loss_j = F.nll_loss(q[kept], label[kept], reduction="sum") / max(q.shape[0], 1)
             else:
-                p = p_draft.float().softmax(-1)  # over the draft vocabulary
-                loss_j = -(p * q).sum(-1).sum() / max(q.shape[0], 1)
+                loss_j = -(self._teacher(p_draft) * q).sum(-1).sum() / max(q.shape[0], 1)
             total = total + self.step_decay**j * loss_j
             with torch.no_grad():
                 hit = (draft_ids[q.argmax(-1)] == p_top).float()
@@ -190,6 +208,7 @@ def _prepare_eagle3(ctx: TrainContext) -> Prepared:
         store=store,
         loss=cfg.trainer.loss,
         on_policy=on_policy(ctx),
+        top_k=cfg.trainer.kd_top_k,
     )
     dataset, select = held_out_selection(ctx, objective)
     return Prepared(drafter, objective, dataset, select=select, state={"draft_vocab": report})
@@ -225,6 +244,9 @@ SETUP = TrainingSetup(
     finish=finish_eagle3,
     unroll=lambda d: d.ttt_steps,
     feature_ids=lambda d, config: eagle3_layer_ids(d, config.num_hidden_layers),
-    losses=("fkl", "al"),  # fkl: soft cross-entropy against the target (KL up to its entropy)
+    # fkl: soft cross-entropy against the target (KL up to its entropy; trainer.kd_top_k cuts it to the top k);
+    # ce: the sampled token as a hard label (no teacher); al: expected accepted length
+    losses=("fkl", "ce", "al"),
+    top_k_targets=True,
     off_policy_only=None,
 )

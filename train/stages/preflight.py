@@ -20,6 +20,7 @@ from train.errors import PipelineError
 from train.eval_prompts import FILE_SUFFIXES, check_eval_source
 from train.losses import LOSSES
 from train.on_policy import POLICIES, ROLLOUTS
+from train.optimizers import OPTIMIZERS
 from train.schedule import schedule_problem
 from train.setups import training_setup
 
@@ -189,6 +190,13 @@ def _check_training(setup, kind: str, trainer) -> None:
         raise PipelineError(
             f"trainer.loss={trainer.loss} is not implemented for {kind} drafters; use one of {list(setup.losses)}"
         )
+    if trainer.kd_top_k and not (setup.top_k_targets and trainer.loss == "fkl"):
+        raise PipelineError(
+            f"trainer.kd_top_k={trainer.kd_top_k} cuts the target's distribution for EAGLE-3's loss fkl only, not "
+            f"for {kind} with loss {trainer.loss}; set trainer.kd_top_k=0"
+        )
+    if trainer.optimizer not in OPTIMIZERS:
+        raise PipelineError(f"trainer.optimizer={trainer.optimizer!r}; use one of {list(OPTIMIZERS)}")
     if trainer.policy not in POLICIES:
         raise PipelineError(f"trainer.policy={trainer.policy!r}; use one of {list(POLICIES)}")
     if trainer.policy == "on_policy" and setup.off_policy_only:
