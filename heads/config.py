@@ -83,6 +83,9 @@ class Eagle3Config(EagleLayerConfig):
     select_samples: int = (
         32  # samples held out to score every checkpoint by simulated τ (best kept); 0 = last checkpoint
     )
+    # the lm_head starts as the target's rows of the draft vocabulary; False keeps them frozen (as speculators does):
+    # the drafter then learns only to write hidden states the target's own head reads
+    train_lm_head: bool = True
 
 
 @dataclass

@@ -296,6 +296,7 @@ class Eagle3Drafter(nn.Module):
             drafter.d2t.copy_(draft_vocab.d2t())
             drafter.t2d.copy_(draft_vocab.t2d(arch.vocab_size))
         drafter.embed_tokens.weight.requires_grad_(False)  # the target's embeddings, shared as vLLM shares them
+        drafter.lm_head.weight.requires_grad_(getattr(cfg, "train_lm_head", True))
         return drafter
 
     def save_pretrained(self, path) -> None:

@@ -39,7 +39,7 @@ PRECISION = (
     else (["trainer.mixed_precision=bf16"], "bf16 autocast, which this CPU emulates (the recipe trains in fp32)")
 )
 # lever → (overrides of the run's recipe, what it changes). The recipe: fkl over the whole 8k draft vocabulary,
-# AdamW at 3e-3, the target's features read from the offline store.
+# AdamW at 3e-3, the target's features read from the offline store, the lm_head frozen at the target's rows.
 LEVERS = {
     BASELINE: ([], "the run's recipe"),
     "seed 1": (["trainer.seed=1"], "the same recipe, another seed: the noise between two equal runs"),
@@ -50,6 +50,7 @@ LEVERS = {
     "lr 1e-3": (["trainer.lr=1e-3"], "a third of the learning rate"),
     "lr 1e-2": (["trainer.lr=1e-2"], "3.3× the learning rate"),
     "muon": (["trainer.optimizer=muon"], "Muon on the hidden matrices (speculators' default), AdamW on the rest"),
+    "trained lm_head": (["drafter.train_lm_head=true"], "the lm_head trained from the target's rows (not frozen)"),
     "vocab 4k": (["drafter.draft_vocab_size=4096"], "half the draft vocabulary"),
     "vocab 16k": (["drafter.draft_vocab_size=16384"], "twice the draft vocabulary"),
     # data the target only reads: its forward over text (features and soft targets), no generation. Its own data

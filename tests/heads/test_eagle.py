@@ -310,3 +310,22 @@ def test_eagle1_training_pass_equals_step_by_step_decoding(target, prompt_ids):
         torch.testing.assert_close(out, predicted[:, :12], rtol=1e-4, atol=1e-4)
         # Scored by the target's own lm_head: the target's features give the target's logits.
         torch.testing.assert_close(drafter.logits(features), logits, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("train_lm_head", [True, False])
+def test_a_frozen_lm_head_keeps_the_targets_rows_through_training(target, prompt_ids, train_lm_head):
+    """drafter.train_lm_head=false (speculators' choice): the optimizer never moves the target's rows; the default
+    trains them like every other weight."""
+    vocab, _ = build_draft_vocab(torch.arange(target.config.vocab_size).flip(0), 300)
+    torch.manual_seed(0)
+    cfg = Eagle3Config(layer_ids=IDS, num_attention_heads=2, num_key_value_heads=1, train_lm_head=train_lm_head)
+    drafter = Eagle3Drafter.from_target(cfg, target, vocab)
+    rows = target.get_output_embeddings().weight[vocab.draft_to_target].detach().float()
+    optimizer = torch.optim.AdamW([p for p in drafter.parameters() if p.requires_grad], lr=1e-2)
+    ids = torch.tensor([prompt_ids[1][:24]])
+    mask = torch.ones_like(ids)
+    features, _ = layer_features(target, ids, mask, IDS)
+    for _ in range(2):
+        sum(logits.logsumexp(-1).mean() for logits in drafter.ttt_logits(features, ids, mask, steps=2)).backward()
+        optimizer.step(), optimizer.zero_grad()
+    assert torch.equal(drafter.lm_head.weight, rows) != train_lm_head

@@ -229,5 +229,5 @@ def test_every_training_lever_benchmarked_is_a_setting_the_recipe_accepts():
     for name, (overrides, _) in levers.items():
         run = OmegaConf.to_object(compose("config", overrides=["recipe=smollm2", *overrides]))
         _check_training(training_setup(run.drafter.kind), run.drafter.kind, run.trainer)
-        changed = [g for g in ("drafter", "trainer") if getattr(run, g) != getattr(base, g)]
+        changed = [g for g in ("data", "drafter", "trainer") if getattr(run, g) != getattr(base, g)]
         assert bool(changed) == bool(overrides), name
