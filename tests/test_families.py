@@ -114,7 +114,7 @@ def test_a_forgotten_entry_stops_the_run_before_any_work(table, message, monkeyp
         (["drafter=medusa", "trainer.loss=al"], r"trainer.loss=al is not implemented for medusa drafters"),
         (
             ["drafter=eagle3", "drafter.layer_ids=[0,1,2]", "trainer.loss=tvd"],
-            r"not implemented for eagle3 drafters; use one of \['fkl', 'al'\]",
+            r"not implemented for eagle3 drafters; use one of \['fkl', 'ce', 'al'\]",
         ),
         (["trainer.policy=offpolicy"], "trainer.policy='offpolicy'"),
         (["trainer.policy=on_policy", "trainer.on_policy_fraction=0"], r"on_policy_fraction=0.0 must be in \(0, 1\]"),
