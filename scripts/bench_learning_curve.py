@@ -18,16 +18,10 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
 from omegaconf import OmegaConf
 
-from distill.config import TargetConfig
-from distill.target import eos_token_ids, load_target, load_tokenizer
 from eval import machine
-from eval.config import EvalConfig
-from eval.measure_export import measure_exports
-from eval.report import read_samples
-from train.peers.runs import evaluated_run, train_on_run_data
+from train.peers.runs import evaluated_run, measure_on_held_out, train_on_run_data
 
 LOOKUP = "prompt lookup"
 
@@ -91,12 +85,7 @@ def main(argv=None) -> dict:
     exports = {f"{s['optimizer_steps']} steps": Path(s["run_dir"]) / "drafter" for s in summaries}
     if args.lookup:
         exports[LOOKUP] = args.lookup
-    target_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TargetConfig), cfg.target))
-    tokenizer, target = load_tokenizer(target_cfg), load_target(target_cfg, torch.device("cpu"))
-    prompts = [s["prompt_ids"] for s in read_samples(eagle / "eval" / "eval_samples.jsonl")][: args.num_prompts]
-    eval_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(EvalConfig), cfg.eval))
-    eos, gammas = eos_token_ids(target, tokenizer), {LOOKUP: args.lookup_gamma}
-    reports = measure_exports(target, exports, prompts, eval_cfg, vocab_size=len(tokenizer), eos_ids=eos, gammas=gammas)
+    reports = measure_on_held_out(eagle, exports, args.num_prompts, gammas={LOOKUP: args.lookup_gamma})
     points = [point(s, reports[name]) for s, name in zip(summaries, exports)]
     lookup = None if not args.lookup else {k: reports[LOOKUP][k] for k in ("tau", "speedup")}
     plot(args.out / "learning_curve.png", points, lookup)

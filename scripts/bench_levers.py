@@ -20,14 +20,9 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from distill.config import TargetConfig
 from distill.device import native_bf16
-from distill.target import eos_token_ids, load_target, load_tokenizer
 from eval import machine
-from eval.config import EvalConfig
-from eval.measure_export import measure_exports
-from eval.report import read_samples
-from train.peers.runs import evaluated_run, train_on_run_data
+from train.peers.runs import evaluated_run, measure_on_held_out, train_on_run_data
 
 KIND = "eagle3"  # the family whose levers are measured
 BASELINE = "baseline"
@@ -101,15 +96,9 @@ def scored(name: str, summary: dict, baseline: dict | None) -> dict:
 
 def measured(run: Path, rows: list[dict], names: list[str], num_prompts: int | None) -> None:
     """Adds τ (95 % interval) and speed-up from the real speculative loop to the named levers' rows."""
-    cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
-    target_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TargetConfig), cfg.target))
-    tokenizer, target = load_tokenizer(target_cfg), load_target(target_cfg, torch.device("cpu"))
-    prompts = [s["prompt_ids"] for s in read_samples(run / "eval" / "eval_samples.jsonl")][:num_prompts]
-    eval_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(EvalConfig), cfg.eval))
     by_name = {row["lever"]: row for row in rows}
     exports = {name: Path(by_name[name]["run_dir"]) / "drafter" for name in names}
-    eos = eos_token_ids(target, tokenizer)
-    reports = measure_exports(target, exports, prompts, eval_cfg, vocab_size=len(tokenizer), eos_ids=eos)
+    reports = measure_on_held_out(run, exports, num_prompts)
     for name, report in reports.items():
         spread = report["tau_spread"]
         by_name[name]["measured"] = {
@@ -117,7 +106,7 @@ def measured(run: Path, rows: list[dict], names: list[str], num_prompts: int | N
             "tau_interval": [round(spread["low"], 4), round(spread["high"], 4)],
             "speedup": round(report["speedup"], 4),
             "lossless": report["lossless"],
-            "prompts": len(prompts),
+            "prompts": report["settings"]["num_prompts"],
         }
 
 

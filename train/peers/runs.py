@@ -42,3 +42,23 @@ def train_on_run_data(data: Path | None, recipe: str, run_dir: Path, overrides: 
             subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
     summary = json.loads((run_dir / "checkpoints" / "final" / "train_summary.json").read_text())
     return summary | {"run_dir": str(run_dir)}
+
+
+def measure_on_held_out(run: Path, exports: dict, num_prompts: int | None = None, gammas: dict | None = None) -> dict:
+    """The exports (name → directory) decoded together against one plain baseline on the held-out prompts `run`'s
+    eval decoded (the first num_prompts), with its target and eval settings: name → eval report."""
+    import torch
+
+    from distill.config import TargetConfig
+    from distill.target import eos_token_ids, load_target, load_tokenizer
+    from eval.config import EvalConfig
+    from eval.measure_export import measure_exports
+    from eval.report import read_samples
+
+    cfg = OmegaConf.load(run / ".hydra" / "config.yaml")
+    target_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TargetConfig), cfg.target))
+    tokenizer, target = load_tokenizer(target_cfg), load_target(target_cfg, torch.device("cpu"))
+    prompts = [s["prompt_ids"] for s in read_samples(run / "eval" / "eval_samples.jsonl")][:num_prompts]
+    eval_cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(EvalConfig), cfg.eval))
+    eos = eos_token_ids(target, tokenizer)
+    return measure_exports(target, exports, prompts, eval_cfg, vocab_size=len(tokenizer), eos_ids=eos, gammas=gammas)
