@@ -48,6 +48,18 @@ def _cache_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _gguf_conversions_kept(_cache_dir):
+    """llama.cpp's converter runs once per content (tests/gguf_cache.py): seconds a conversion, dozens in a run."""
+    from heads.formats import llamacpp
+    from tests import gguf_cache
+
+    real = llamacpp._run_converter
+    gguf_cache.install()
+    yield
+    llamacpp._run_converter = real
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _micro_world_only():
     """Tests use the micro world alone: a test that reached the main job's toy world (or the chat world) would
     build it, 5 to 20 minutes of a CI run, or pass only on a machine whose cache already holds it."""

@@ -120,7 +120,7 @@ def _counted(cls, engine: str):
 def _count_engines(session) -> None:
     from eval.serving import process
 
-    real = process._started
+    real = process._launched
 
     def counted(argv, *, name, **kwargs):
         command = argv(0)
@@ -130,7 +130,7 @@ def _count_engines(session) -> None:
             record_start("vllm serve", command)  # (the process tests' stand-in servers are no engines)
         return real(argv, name=name, **kwargs)
 
-    process._started = counted
+    process._launched = counted
     from tests import vllm_host
 
     needs_vllm = any(item.get_closest_marker("needs_vllm") for item in session.items)

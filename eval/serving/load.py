@@ -36,7 +36,7 @@ from eval.errors import EvalError
 from eval.serving import vllm
 from eval.serving.concurrency import PeakRunning
 from eval.serving.load_figures import break_even, level_figures
-from eval.serving.process import http_get, running_server
+from eval.serving.process import http_get, running_servers
 from heads.families import family_of_export
 
 
@@ -59,6 +59,20 @@ def server_argv(
         return out + (["--speculative-config", json.dumps(speculative_config)] if speculative_config else [])
 
     return argv
+
+
+def _start(stack: ExitStack, servers: list[dict]) -> list[str]:
+    """The servers' URLs, each stopped when `stack` closes. On a GPU one after another: vLLM sizes its KV cache from
+    the memory free while it starts, which a neighbour starting beside it would skew. On a CPU together (each takes
+    its share of RAM as set): their start-ups overlap."""
+    import torch
+
+    groups = [[s] for s in servers] if torch.cuda.is_available() else [servers]
+    urls = []
+    for group in groups:
+        print(f"[load] starting {' and '.join(s['name'] for s in group)}", flush=True)
+        urls += stack.enter_context(running_servers(group))
+    return urls
 
 
 def _healthy(url: str) -> bool:
@@ -195,16 +209,17 @@ def load_check(
             logs.mkdir(parents=True, exist_ok=True)
             room = max(map(len, prompts)) + cfg.max_new_tokens + 2 * gamma + 1
             stack.enter_context(consumer.patch(Path(drafter_dir)))  # the family's workaround for a vLLM bug, if any
-            urls = []
-            for side, spec in (("speculative", speculative_config), ("no_speculation", None)):
-                argv = server_argv(target, spec, cfg, max_model_len=room, dtype=dtype, trust=trust_remote_code)
-                print(f"[load] starting vllm serve ({side})", flush=True)
-                server = running_server(
-                    argv, name=f"vllm serve ({side})", healthy=_healthy, log=logs / f"vllm_serve_{side}.log",
-                    timeout_s=cfg.vllm.start_timeout_s,
-                )  # fmt: skip
-                urls.append(stack.enter_context(server))
-            spec_url, base_url = urls
+            servers = [
+                {
+                    "argv": server_argv(target, spec, cfg, max_model_len=room, dtype=dtype, trust=trust_remote_code),
+                    "name": f"vllm serve ({side})",
+                    "healthy": _healthy,
+                    "log": logs / f"vllm_serve_{side}.log",
+                    "timeout_s": cfg.vllm.start_timeout_s,
+                }
+                for side, spec in (("speculative", speculative_config), ("no_speculation", None))
+            ]
+            spec_url, base_url = _start(stack, servers)
         limit = None if external else max(cfg.serve_load)  # the --max-num-seqs server_argv gave both servers
         figures = sweep(spec_url, base_url, target, texts, cfg, trust_remote_code, limit)
     return {

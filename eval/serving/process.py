@@ -11,7 +11,7 @@ import subprocess
 import threading
 import time
 import urllib.request
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -79,32 +79,48 @@ def running_server(
 
     A server that exits while starting is reported with the last lines of its log; one that does not become
     healthy within timeout_s is stopped and reported."""
-    with _sigterm_unwinds(), _started(argv, name=name, healthy=healthy, log=log, timeout_s=timeout_s, env=env) as url:
+    spec = {"argv": argv, "name": name, "healthy": healthy, "log": log, "timeout_s": timeout_s, "env": env}
+    with running_servers([spec]) as (url,):
         yield url
 
 
 @contextmanager
-def _started(argv, *, name, healthy, log, timeout_s, env) -> Iterator[str]:
+def running_servers(servers: list[dict]) -> Iterator[list[str]]:
+    """Servers started together (each one running_server's keywords), their base URLs once every one is ready; all
+    stopped on leaving the block. Their start-ups overlap: two `vllm serve` of a small model start on 2 CPU cores in
+    little more than the time of one (their imports and engine set-up are mostly one core's work)."""
+    with _sigterm_unwinds(), ExitStack() as stack:
+        started = []
+        for server in servers:
+            proc, url = _launched(server["argv"], name=server["name"], log=server["log"], env=server.get("env"))
+            stack.callback(_stop, proc)
+            started.append((proc, url, time.monotonic() + server["timeout_s"], server))
+        for proc, url, deadline, server in started:
+            _wait_ready(proc, url, deadline, server)
+        yield [url for _, url, _, _ in started]
+
+
+def _launched(argv, *, name: str, log: Path, env: dict | None) -> tuple[subprocess.Popen, str]:
+    """The server's process, in a session of its own (stopped with every process it forks), and its URL."""
     port = free_port()
     with open(log, "w") as out:
         proc = subprocess.Popen(
             argv(port), stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env or os.environ.copy()
         )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
-                raise EvalError(f"{name} exited ({proc.returncode}) while starting: {tail} (log: {log})")
-            try:
-                if healthy(url):
-                    break
-            except (OSError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                raise EvalError(f"{name} did not become ready in {timeout_s:.0f} s (log: {log})")
-            time.sleep(0.5)
-        yield url
-    finally:
-        _stop(proc)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _wait_ready(proc: subprocess.Popen, url: str, deadline: float, server: dict) -> None:
+    name, log = server["name"], server["log"]
+    while True:
+        if proc.poll() is not None:
+            tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+            raise EvalError(f"{name} exited ({proc.returncode}) while starting: {tail} (log: {log})")
+        try:
+            if server["healthy"](url):
+                return
+        except (OSError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise EvalError(f"{name} did not become ready in {server['timeout_s']:.0f} s (log: {log})")
+        time.sleep(0.5)

@@ -179,6 +179,41 @@ def test_a_server_and_its_workers_are_stopped_on_success_failure_and_ctrl_c(tmp_
     assert len(groups) == 4 and not any(_group_alive(g) for g in groups)  # the forked workers too
 
 
+def test_servers_started_together_are_all_stopped_when_one_fails_to_start(tmp_path, monkeypatch):
+    """running_servers launches every server before waiting for any (their start-ups overlap); when one never becomes
+    ready, the one that did is stopped too, workers included, and the error names the one that failed."""
+    from eval.serving.process import running_servers
+
+    (tmp_path / "server.py").write_text(FORKING_SERVER)
+    events, groups = [], []
+    real_launched, real_wait = process._launched, process._wait_ready
+
+    def launched(argv, *, name, **kwargs):
+        proc, url = real_launched(argv, name=name, **kwargs)
+        events.append(f"launch {name}"), groups.append(proc.pid)
+        return proc, url
+
+    def wait_ready(proc, url, deadline, server):
+        events.append(f"wait {server['name']}")
+        return real_wait(proc, url, deadline, server)
+
+    monkeypatch.setattr(process, "_launched", launched)
+    monkeypatch.setattr(process, "_wait_ready", wait_ready)
+    server = {"healthy": load._healthy, "timeout_s": 20}
+    argv = {mode: (lambda port, m=mode: [sys.executable, str(tmp_path / "server.py"), str(port), m])
+            for mode in ("healthy", "unhealthy")}  # fmt: skip
+    with running_servers([{**server, "argv": argv["healthy"], "name": n, "log": tmp_path / n} for n in "ab"]) as urls:
+        assert len(set(urls)) == 2 and all(map(_group_alive, groups))
+    assert events == ["launch a", "launch b", "wait a", "wait b"]  # b starts while a is starting, not after
+    unready = {**server, "argv": argv["unhealthy"], "name": "vllm serve (no_speculation)", "log": tmp_path / "c"}
+    with pytest.raises(EvalError, match=r"vllm serve \(no_speculation\) did not become ready in 2 s"):
+        with running_servers([{**server, "argv": argv["healthy"], "name": "d", "log": tmp_path / "d"},
+                              {**unready, "timeout_s": 2}]):  # fmt: skip
+            pass
+    time.sleep(0.2)
+    assert len(groups) == 4 and not any(map(_group_alive, groups))  # the ready one and every forked worker too
+
+
 HOLDER = textwrap.dedent(
     """
     import sys, time
@@ -227,7 +262,7 @@ def test_external_servers_are_measured_as_they_are_and_nothing_is_started(tmp_pa
         return {"levels": [], "break_even": {}}
 
     monkeypatch.setattr(load, "sweep", fake_sweep)
-    monkeypatch.setattr(load, "running_server", lambda *a, **k: pytest.fail("started a server for an external URL"))
+    monkeypatch.setattr(load, "running_servers", lambda *a, **k: pytest.fail("started a server for an external URL"))
     spec, base = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"  # nobody listens: not started
     cfg = EvalConfig(serve_load=[1, 4], serve_url=spec + "/", baseline_url=base)
     out = load.load_check(str(micro_world.target_dir), tmp_path / "no-export-needed", [[1, 2, 3]], cfg, dtype="float32")

@@ -231,3 +231,25 @@ def test_every_training_lever_benchmarked_is_a_setting_the_recipe_accepts():
         _check_training(training_setup(run.drafter.kind), run.drafter.kind, run.trainer)
         changed = [g for g in ("data", "drafter", "trainer") if getattr(run, g) != getattr(base, g)]
         assert bool(changed) == bool(overrides), name
+
+
+def test_the_gpu_point_is_the_main_jobs_recipe_at_a_hundred_times_its_largest_cpu_point():
+    """scripts/bench_gpu_point.py: its overrides compose and pass the training checks; rows seen are scale × the CPU
+    curve's largest point, distilled by vLLM, and its eval decodes what the main job's does (the same held-out set)."""
+    from tests.conftest import import_script
+    from train.setups import training_setup
+    from train.stages.preflight import _check_training
+
+    script = import_script("bench_gpu_point")
+    args = script.parse_args([])
+    overrides = [o for o in script.overrides(args) if not o.startswith("run_dir=")]
+    run = OmegaConf.to_object(compose("config", overrides=overrides))
+    _check_training(training_setup(run.drafter.kind), run.drafter.kind, run.trainer)
+    largest = script.CPU_LARGEST["steps"] * script.CPU_LARGEST["batch_size"]
+    assert run.trainer.max_steps * run.trainer.batch_size >= 100 * largest and run.data.backend == "vllm"
+    assert run.data.max_prompts + run.data.mix[0].max_prompts == round(100 * largest / args.epochs)
+    assert run.drafter.kind == "eagle3" and run.drafter.features == "online"
+    main_job = OmegaConf.to_object(compose("config", overrides=["recipe=smollm2_main"]))
+    for key in ("num_prompts", "max_new_tokens", "engine", "num_speculative_tokens", "temperature"):
+        assert getattr(run.eval, key) == getattr(main_job.eval, key), key
+    assert run.eval_prompts == main_job.eval_prompts
