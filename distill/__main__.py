@@ -34,12 +34,14 @@ def main(cfg) -> None:
     import datasets
 
     datasets.disable_progress_bars()  # one bar per stage is ours; shard saves need none
+    from distill.chat import template_text
     from distill.device import default_device
     from distill.lock import LockHeld, exclusive
     from distill.run import distill, merge_parts
 
     app: DistillAppConfig = OmegaConf.to_object(cfg)
     try:
+        app.target.chat_template = template_text(app.target.chat_template)
         with exclusive(app.out_dir, "distillation directory"):  # one job per directory
             if app.merge:
                 manifest = merge_parts(app.merge, app.out_dir, app.target, app.data)

@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
+from typing import Optional
 
 from distill.errors import DistillError
 
 ROLES = ("system", "user", "assistant")
+TEMPLATE_FILES = (".jinja", ".jinja2", ".j2")
+
+
+def template_text(value: Optional[str], setting: str = "target.chat_template") -> Optional[str]:
+    """A chat template as given: its text, or a file holding it (`….jinja`; quoting a multi-line Jinja string through
+    Hydra is hard), read now so that the run's settings, hashes and provenance hold the text itself."""
+    if value is None or "{" in value:  # Jinja text: every template has a {{ … }} or {% … %}
+        return value
+    path = Path(value).expanduser()
+    if path.is_file():
+        return path.read_text()
+    raise DistillError(
+        f"{setting}={value}: no such file, and no Jinja template either; give a template file "
+        f"({'/'.join(TEMPLATE_FILES)}) or the template's text"
+    )
 
 
 def prompt_messages(messages: list[dict]) -> list[dict]:

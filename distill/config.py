@@ -40,9 +40,9 @@ class TargetConfig:
     dtype: str = "float32"  # float32 | bfloat16 | float16 | auto (what the checkpoint says)
     trust_remote_code: bool = False  # run code shipped with the model; only for sources you trust
     attn_implementation: str = "sdpa"  # sdpa | eager | flash_attention_2
-    chat_template: Optional[str] = (
-        None  # Jinja chat template replacing the tokenizer's (for targets that ship none); None = the tokenizer's
-    )
+    # the chat template replacing the tokenizer's (for targets that ship none): a file (….jinja) or the Jinja text;
+    # None = the tokenizer's own
+    chat_template: Optional[str] = None
 
 
 @dataclass

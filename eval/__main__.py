@@ -47,7 +47,8 @@ class EvalAppConfig:
     target_gguf_file: Optional[str] = None  # a GGUF file inside target_path (a directory or Hub repo)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     trust_remote_code: bool = False  # only for targets whose code you trust
-    # Jinja template for the prompts; None = the drafter's training template (drafthub.json), else the tokenizer's
+    # the prompts' Jinja template, or a file holding it (….jinja); None = the drafter's training template
+    # (drafthub.json), else the tokenizer's
     chat_template: Optional[str] = None
     # vllm | llamacpp = also serve drafter_dir with that engine and compare (shorthand for eval.serve=ENGINE)
     serve: Optional[str] = None
@@ -75,7 +76,10 @@ def _target_of(drafter: Path) -> str:
 def _chat_template(app: "EvalAppConfig", drafter: Path, tokenizer) -> None:
     """Template the prompts as in training: the given template, the recipe's, or the tokenizer's own."""
     recipe_template = ((_provenance(drafter).get("recipe") or {}).get("target") or {}).get("chat_template")
-    tokenizer.chat_template = app.chat_template or recipe_template or tokenizer.chat_template
+    from distill.chat import template_text
+
+    given = template_text(app.chat_template, "chat_template")
+    tokenizer.chat_template = given or recipe_template or tokenizer.chat_template
     if not tokenizer.chat_template:
         raise EvalError(
             "the target's tokenizer has no chat template; "

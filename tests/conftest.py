@@ -24,15 +24,27 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 # tests/suite_report.py: time per directory and engine starts, printed after every run;
 # tests/vllm_host.py: vLLM engines built in long-lived helper processes (about 2 s an engine instead of 20)
-pytest_plugins = ["tests.suite_report", "tests.vllm_host"]
+pytest_plugins = ["tests.suite_report", "tests.vllm_host", "tests.engines_absent"]
+
+
+WHY_CI = {"needs_vllm": "CI installs it and runs these for real", "needs_llamacpp": "CI builds it and runs these"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects by marker
 def pytest_collection_modifyitems(config, items):
-    """Every test that needs vLLM or llama.cpp is in the slow tier: the edit loop starts no serving engine."""
+    """Every test that needs vLLM, llama.cpp or a peer trainer is in the slow tier: the edit loop needs none of them
+    (tests/engines_absent.py holds it so). vLLM and llama.cpp tests run for real where the engine is installed (CI
+    installs vLLM's CPU build and builds llama.cpp with scripts/build_llamacpp.py) and skip, saying why, elsewhere."""
+    from eval.serving.llamacpp import missing_reason as llamacpp_missing_reason
+    from eval.serving.vllm import missing_reason as vllm_missing_reason
+
+    reasons = {"needs_vllm": vllm_missing_reason(), "needs_llamacpp": llamacpp_missing_reason()}
     for item in items:
-        if item.get_closest_marker("needs_vllm") or item.get_closest_marker("needs_llamacpp"):
+        if any(item.get_closest_marker(m) for m in ("needs_vllm", "needs_llamacpp", "needs_peers")):
             item.add_marker(pytest.mark.slow)
+        for marker, reason in reasons.items():
+            if reason is not None and item.get_closest_marker(marker):
+                item.add_marker(pytest.mark.skip(reason=f"{reason} — {WHY_CI[marker]}"))
 
 
 @pytest.fixture(scope="session", autouse=True)

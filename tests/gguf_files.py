@@ -38,11 +38,13 @@ def write_gguf(
     architecture: str = "llama",
     pre: str = "gpt-2",
     extra_merges: tuple[tuple[str, str], ...] = (),
+    chat_template: bool = True,
 ) -> Path:
     """`model_dir` (a LLaMA with a byte-level BPE tokenizer) as one GGUF file; matrices stored as `qtype`.
 
     extra_merges: merges that replace the last-learned ones (their tokens take those ids, so the vocabulary keeps the
-    embedding's size): a tokenizer that llama.cpp and transformers read differently."""
+    embedding's size): a tokenizer that llama.cpp and transformers read differently. chat_template=False: the file
+    declares none, as a base model's GGUF."""
     config = json.loads((model_dir / "config.json").read_text())
     spec = json.loads((model_dir / "tokenizer.json").read_text())
     writer = gguf.GGUFWriter(str(out), architecture)
@@ -56,7 +58,7 @@ def write_gguf(
     writer.add_rope_freq_base(config.get("rope_theta", (config.get("rope_parameters") or {}).get("rope_theta", 1e4)))
     writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
     writer.add_rope_dimension_count(config["hidden_size"] // config["num_attention_heads"])
-    _add_tokenizer(writer, model_dir, spec, pre, extra_merges, config)
+    _add_tokenizer(writer, model_dir, spec, pre, extra_merges, config, chat_template)
     weights = load_file(str(model_dir / "model.safetensors"))
     for name, weight in _llama_cpp_tensors(weights, config):
         block = gguf.GGML_QUANT_SIZES[qtype][0]  # rows that don't fill whole blocks stay F32, as llama.cpp keeps them
@@ -85,7 +87,7 @@ def _llama_cpp_tensors(weights: dict, config: dict):
             yield f"blk.{layer}.{ours}", weight
 
 
-def _add_tokenizer(writer, model_dir: Path, spec: dict, pre: str, extra_merges, config: dict) -> None:
+def _add_tokenizer(writer, model_dir: Path, spec: dict, pre: str, extra_merges, config: dict, template: bool) -> None:
     vocab = dict(spec["model"]["vocab"])
     merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
     for a, b in extra_merges:
@@ -103,5 +105,5 @@ def _add_tokenizer(writer, model_dir: Path, spec: dict, pre: str, extra_merges, 
     writer.add_eos_token_id(config["eos_token_id"])
     if config.get("pad_token_id") is not None:
         writer.add_pad_token_id(config["pad_token_id"])
-    if (template := model_dir / "chat_template.jinja").is_file():
-        writer.add_chat_template(template.read_text())
+    if template and (template_file := model_dir / "chat_template.jinja").is_file():
+        writer.add_chat_template(template_file.read_text())

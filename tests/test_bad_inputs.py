@@ -20,6 +20,7 @@ from heads.config import DSparkConfig
 from heads.dspark import DSparkDrafter
 from tests.cli_runs import run_app, run_push
 from tests.exporting import export
+from tests.gguf_files import write_gguf
 
 USER = {"messages": [{"role": "user", "content": "def add(a, b):"}]}
 
@@ -57,6 +58,7 @@ def files(tmp_path_factory, micro_world, weak_draft, target):
     medusa.mkdir()
     (medusa / "config.json").write_text(json.dumps({"medusa_num_heads": 4, "medusa_num_layers": 1}))
     (root / "plain-dir").mkdir()
+    write_gguf(micro_world.target_dir, root / "base.gguf", chat_template=False)  # a base model's GGUF
     weak_draft.save_pretrained(root / "real-draft")
     weak_draft.save_pretrained(root / "edited-vocab")  # its config.json's vocab_size edited by hand
     config = json.loads((root / "edited-vocab" / "config.json").read_text())
@@ -99,6 +101,20 @@ CASES = [
     ("top-k targets for a draft LM", "train", [*TRAIN, "trainer.kd_top_k=8"], "for EAGLE-3's loss fkl only"),
     ("unknown data source", "train", [*TRAIN, "data.source=nope"], "data.source='nope'; use one of"),
     ("unknown toy world", "train", ["stages=[distill]", "target.name_or_path=toyworld:huge"], "unknown toy world"),
+    (
+        "a GGUF declaring no chat template",
+        "train",
+        ["recipe=toy", "stages=[distill]", "target.name_or_path={f}/base.gguf"],
+        "base.gguf has no chat template (its GGUF header declares none: a base model?), and the prompts are chat "
+        "turns; set target.chat_template=FILE.jinja",
+    ),
+    ("missing template file", "train", [*TRAIN, "target.chat_template={t}/chat.jinja"], "chat.jinja: no such file"),
+    (
+        "a plan beyond this machine's memory",
+        "train",
+        [*TRAIN[:2], "stages=[distill,train]", "trainer.batch_size=65536"],
+        "of memory and this machine has",
+    ),
     (
         "EAGLE-3 layer out of range",
         "train",
@@ -382,7 +398,13 @@ SERVING_CASES = [
         ],
         "eval.serve_url={url}: no server answers at {url}/health",
     ),
-    ("eval served by llama.cpp without the GGUF", "eval", ["eval.serve=llamacpp"], "real-draft has no gguf/"),
+    pytest.param(  # checked after llama.cpp itself: reached only where it is built
+        "eval served by llama.cpp without the GGUF",
+        "eval",
+        ["eval.serve=llamacpp"],
+        "real-draft has no gguf/",
+        marks=pytest.mark.needs_llamacpp,
+    ),
     (
         "DSpark served by vLLM where only its GPU runner serves it",
         "eval",
@@ -398,7 +420,9 @@ SERVING_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case,app,args,expected", SERVING_CASES, ids=[c[0] for c in SERVING_CASES])
+@pytest.mark.parametrize(
+    "case,app,args,expected", SERVING_CASES, ids=[getattr(c, "values", c)[0] for c in SERVING_CASES]
+)
 def test_serving_refusals_come_before_any_decoding(
     case, app, args, expected, files, micro_world, tmp_path, monkeypatch
 ):

@@ -98,6 +98,9 @@ class PublishConfig:
 
 @dataclass
 class PlanConfig:
+    # what the plan is for: gpu (the gpu_* settings below), cpu (this machine's RAM and CPU), or auto: this machine
+    # (its GPUs, else its CPU) for a single process, GPUs for a distributed launch
+    device: str = "auto"
     # single | ddp | zero2 | zero3 | fsdp (conf/accelerate/<name>.yaml) | path to an accelerate config file
     accelerate: str = "single"
     num_processes: Optional[int] = None  # GPUs trained on; None = the accelerate config's num_processes
@@ -105,6 +108,9 @@ class PlanConfig:
     gpu_tflops: float = 989.0  # dense bf16 peak per GPU (H100 SXM)
     gpu_bandwidth_tbps: float = 3.35  # HBM bandwidth per GPU (H100 SXM), bounds decoding
     mfu: float = 0.35  # share of peak FLOPs training sustains
+    # a run on a CPU whose plan needs more than this machine's RAM is refused before any stage (the estimate is
+    # ±2×: false runs it anyway)
+    check_memory: bool = True
 
 
 @dataclass

@@ -18,6 +18,7 @@ from contextlib import ExitStack, nullcontext
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from distill.chat import template_text
 from distill.config import output_settings
 from distill.inputs import hub_commit, source_identity
 from distill.lock import exclusive
@@ -151,6 +152,8 @@ def eval_together(configs: list[DictConfig]) -> list[dict]:
 def run_pipeline(config) -> dict:
     """Run the stages of `config` (a Hydra DictConfig or a RunConfig) in order; return {stage: summary}."""
     dict_config = config if isinstance(config, DictConfig) else OmegaConf.structured(config)
+    if dict_config.target.chat_template:  # a template file: its text, in the settings the run hashes and records
+        dict_config.target.chat_template = template_text(dict_config.target.chat_template)
     cfg: RunConfig = OmegaConf.to_object(dict_config)
     check_run(cfg)  # one error line before any work
     if cfg.dry_run and not get_family(cfg.drafter.kind).trainable:

@@ -9,6 +9,7 @@ roofline estimate (training: FLOPs at plan.mfu; distillation: weight reads at pl
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -28,6 +29,38 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 STRATEGIES = ("single", "ddp", "zero2", "zero3", "fsdp")
 # what train.sharded_target.choose_sharding calls each strategy's launch (trainer.target_sharding=auto)
 LAUNCHERS = {"single": "other", "ddp": "other", "zero2": "deepspeed", "zero3": "deepspeed_zero3", "fsdp": "fsdp"}
+
+
+PLAN_DEVICES = ("auto", "cpu", "gpu")
+
+
+def plan_device(plan: PlanConfig) -> str:
+    """cpu or gpu: what the plan's memory and time are figured for (plan.device; auto = this machine for a single
+    process, GPUs for a distributed launch)."""
+    if plan.device not in PLAN_DEVICES:
+        raise PlanError(f"plan.device={plan.device!r}; use one of {list(PLAN_DEVICES)}")
+    if plan.device != "auto":
+        return plan.device
+    return "gpu" if torch.cuda.is_available() or plan.accelerate != "single" else "cpu"
+
+
+def cpu_precision(setting: str) -> str:
+    """The precision a CPU trains `trainer.mixed_precision` in (train.distributed.mixed_precision on a CPU)."""
+    from distill.device import native_bf16
+
+    if setting == "native":
+        return "bf16" if native_bf16(torch.device("cpu")) else "no"
+    return "no" if setting == "auto" else setting
+
+
+def ram_bytes() -> int:
+    """This machine's memory: its physical RAM, or the container's limit where that is lower (cgroup v2)."""
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return ram
+    return min(ram, int(limit)) if limit.isdigit() else ram
 
 
 class PlanError(ValueError):
@@ -103,7 +136,9 @@ def _state_bytes(strategy: str, n: int, bf16: bool, all_params: int, trainable: 
 
 def _target_memory(target: torch.nn.Module, t_bytes: int, sharding: str, n: int) -> dict[str, float]:
     """Per-GPU bytes of the frozen target: whole, 1/n of it plus what its forward gathers, or only its heads."""
-    heads = [target.get_input_embeddings(), target.get_output_embeddings(), target.get_decoder().norm]
+    decoder = target.get_decoder()
+    final_norm = next(m for name in ("norm", "ln_f", "final_layernorm") if (m := getattr(decoder, name, None)))
+    heads = [target.get_input_embeddings(), target.get_output_embeddings(), final_norm]
     heads_bytes = sum(param_bytes(m, t_bytes) for m in heads) - (
         param_bytes(heads[0], t_bytes) if heads[0].weight is heads[1].weight else 0
     )
@@ -113,7 +148,7 @@ def _target_memory(target: torch.nn.Module, t_bytes: int, sharding: str, n: int)
         return {"target_weights": heads_bytes}
     # sharded: each process keeps 1/n; a forward gathers a layer while prefetching the next, and the
     # embeddings and lm_head whole (FSDP's root unit; ZeRO-3 when they run)
-    layer = max(param_bytes(m, t_bytes) for m in target.get_decoder().layers)
+    layer = max(param_bytes(m, t_bytes) for m in getattr(decoder, "layers", None) or decoder.h)
     return {"target_weights": param_bytes(target, t_bytes) / n, "target_gathered": 2 * layer + heads_bytes}
 
 
@@ -129,7 +164,8 @@ def _activation_bytes(
     """Estimated peak activations (±2×): the target's no-grad forward (or its lm_head alone on stored
     features), the drafter's saved tensors."""
     tokens = per_gpu_batch * cfg.trainer.max_seq_len
-    H, F, V = config.hidden_size, config.intermediate_size, config.vocab_size
+    H, V = config.hidden_size, config.vocab_size
+    F = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * H  # GPT-2: n_inner
     # target: one layer's transient tensors (none without a forward) + its logits (and their float copy for the loss)
     layer = (4 * H + 3 * F) * target_bytes_per_value if forward else 0
     target = tokens * (layer + V * (target_bytes_per_value + 4))
@@ -140,10 +176,19 @@ def _activation_bytes(
     return {"target_activations": target + extra, "drafter_activations": drafter}
 
 
-def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
-    """The plan of `cfg` (a RunConfig) as a dict of figures; nothing is loaded or written."""
+def plan_run(cfg, plan: PlanConfig | None = None, *, timed: bool = True) -> dict:
+    """The plan of `cfg` (a RunConfig) as a dict of figures; nothing is loaded or written. timed=False: memory
+    only (a CPU's matmul rate is not measured, the times are not figured)."""
     plan = plan or cfg.plan
     launch = read_launch(plan)
+    device = plan_device(plan)
+    if device == "cpu":  # what this machine will run: its precision, its RAM, its measured matmul rate
+        from eval.machine import current
+
+        launch.mixed_precision = cpu_precision(cfg.trainer.mixed_precision)
+        capacity, flops = ram_bytes(), (current().matmul_gflops * 1e9 if timed else float("nan"))
+    else:
+        capacity, flops = plan.gpu_memory_gb * 1e9, plan.gpu_tflops * 1e12
     config = target_config(cfg.target.name_or_path, cfg.target.trust_remote_code)
     target, drafter = _meta_models(cfg, config)
     n = launch.processes
@@ -185,13 +230,16 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
     unroll = setup.unroll(cfg.drafter)
     # target forward (its input embedding is a lookup, not FLOPs) + drafter forward/backward per unrolled step
     flops_per_token = (0 if from_vllm else 2 * (target_params - embed)) + 6 * unroll * trainable
-    train_seconds = train_tokens * flops_per_token / (n * plan.gpu_tflops * 1e12 * plan.mfu)
+    train_seconds = train_tokens * flops_per_token / (n * flops * plan.mfu)
     tp = d.tensor_parallel_size if d.backend == "vllm" else 1
     replicas = max(n // tp, 1) if d.backend == "vllm" else 1
-    decode_step = target_bytes / tp / (plan.gpu_bandwidth_tbps * 1e12)  # each step reads the weights once
+    if device == "cpu":  # a CPU's decoding is bound by its matmuls at these batch sizes, not by memory reads
+        decode_step = d.batch_size * 2 * target_params / (flops * plan.mfu)
+    else:  # each step reads the weights once
+        decode_step = target_bytes / tp / (plan.gpu_bandwidth_tbps * 1e12)
     distill_seconds = generated / (d.batch_size * replicas) * decode_step if d.regenerate else 0.0
     if from_vllm:  # vLLM's prefill over every distilled token (compute-bound), on the same GPUs
-        distill_seconds += samples * sample_tokens * 2 * target_params / (n * plan.gpu_tflops * 1e12 * plan.mfu)
+        distill_seconds += samples * sample_tokens * 2 * target_params / (n * flops * plan.mfu)
     # None: the family reads no stored features
     layers = len(setup.feature_ids(cfg.drafter, config)) if setup.feature_ids else None
     return {
@@ -202,6 +250,7 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
         "drafter_kind": cfg.drafter.kind,
         "drafter_params": all_params,
         "drafter_trainable_params": trainable,
+        "device": device,
         "accelerate": plan.accelerate,
         "strategy": launch.strategy,
         "target_sharding": sharding,
@@ -209,8 +258,8 @@ def plan_run(cfg, plan: PlanConfig | None = None) -> dict:
         "mixed_precision": launch.mixed_precision,
         "memory_per_gpu": {k: int(v) for k, v in memory.items()},
         "memory_per_gpu_total": int(total),
-        "gpu_memory": int(plan.gpu_memory_gb * 1e9),  # GB as GPU vendors count
-        "fits": total <= plan.gpu_memory_gb * 1e9,
+        "gpu_memory": int(capacity),  # a GPU's (GB as GPU vendors count), or this machine's RAM on a CPU
+        "fits": total * (n if device == "cpu" else 1) <= capacity,  # a CPU's processes share its RAM
         "samples": samples,
         "tokens_per_sample_max": sample_tokens,
         "distill_generated_tokens_max": generated,
@@ -234,38 +283,72 @@ SHARDING_WORDS = {
 }
 
 
+def count(n: float, unit: str = "") -> str:
+    """A count in the unit that says something: 840 tokens, 23.0 k tokens, 1.2 M tokens, 3.40 B tokens."""
+    for scale, prefix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.{2 if scale == 1e9 else 1}f} {prefix} {unit}".rstrip()
+    return f"{n:.0f} {unit}".rstrip()
+
+
+def size(b: float) -> str:
+    """Bytes in the unit that says something: 512 B, 12.0 MB, 3.1 GB, 1.20 TB."""
+    for scale, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if b >= scale:
+            return f"{b / scale:.{2 if scale == 1e12 else 1}f} {unit}"
+    return f"{b:.0f} B"
+
+
+def duration(hours: float) -> str:
+    """A time in the unit that says something: 40 s, 12 min, 3.5 h."""
+    seconds = hours * 3600
+    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.0f} min" if seconds < 3600 else f"{hours:.1f} h"
+
+
+MEASURED_RATE = ", at this CPU's measured matmul rate"
+
+
 def render_plan(p: dict) -> str:
     """The plan as the lines `dry_run=true` prints."""
 
     def gib(b: float) -> str:
         return f"{b / GIB:8.1f} GiB" if b >= GIB / 10 else f"{b / 2**20:8.1f} MiB"
 
+    cpu = p["device"] == "cpu"
+    precision = {"bf16": "bf16", "fp16": "fp16", "no": "fp32"}.get(p["mixed_precision"], p["mixed_precision"])
+
     lines = [
-        f"plan for recipe {p['recipe']}: {p['drafter_kind']} drafter ({p['drafter_params'] / 1e6:.1f} M params, "
-        f"{p['drafter_trainable_params'] / 1e6:.1f} M trained) "
-        f"on {p['target']} ({p['target_params'] / 1e9:.2f} B params, {p['target_dtype']})",
+        f"plan for recipe {p['recipe']}: {p['drafter_kind']} drafter ({count(p['drafter_params'], 'params')}, "
+        f"{count(p['drafter_trainable_params'])} trained) "
+        f"on {p['target']} ({count(p['target_params'], 'params')}, {p['target_dtype']})",
         f"launch: {p['strategy']}"
         + (f" ({p['accelerate']})" if p["accelerate"] != p["strategy"] else "")
-        + f", {p['processes']} process(es), mixed precision {p['mixed_precision']}; frozen target: "
+        + f", {p['processes']} process(es) on {'this CPU' if cpu else 'GPUs'}, training in {precision}; frozen target: "
         + SHARDING_WORDS[p["target_sharding"]].format(n=p["processes"]),
-        "memory per GPU:",
-        *(f"  {k:<20}{gib(v)}" for k, v in p["memory_per_gpu"].items()),
-        f"  {'total':<20}{gib(p['memory_per_gpu_total'])}  of {p['gpu_memory'] / GIB:.1f} GiB: "
-        + ("fits" if p["fits"] else "DOES NOT FIT"),
+        "memory (this machine's RAM, all processes):" if cpu else "memory per GPU:",
+        *(f"  {k:<20}{gib(v * (p['processes'] if cpu else 1))}" for k, v in p["memory_per_gpu"].items()),
+        f"  {'total':<20}{gib(p['memory_per_gpu_total'] * (p['processes'] if cpu else 1))}  of "
+        f"{p['gpu_memory'] / GIB:.1f} GiB: " + ("fits" if p["fits"] else "DOES NOT FIT"),
         f"data: {p['samples']} samples, ≤ {p['tokens_per_sample_max']} tokens each; "
-        f"distillation generates ≤ {p['distill_generated_tokens_max'] / 1e6:.1f} M tokens",
-        f"training: {p['steps']} steps, ≤ {p['train_tokens_max'] / 1e9:.2f} B tokens, {p['epochs']:.2f} epochs",
+        f"distillation generates ≤ {count(p['distill_generated_tokens_max'], 'tokens')}",
+        f"training: {p['steps']} steps, ≤ {count(p['train_tokens_max'], 'tokens')}, {p['epochs']:.2f} epochs",
     ]
     if p["features"] is not None:
         where = {
             "offline": "written once (drafter.features=offline)",
             "vllm": "written once by vLLM before training (drafter.features=vllm, data.tensor_parallel_size GPUs)",
         }.get(p["features"], "not written (drafter.features=online; offline or vllm would need this much disk)")
-        lines.append(f"offline features: ≤ {p['offline_feature_bytes'] / 1e12:.2f} TB, {where}")
+        lines.append(f"offline features: ≤ {size(p['offline_feature_bytes'])}, {where}")
     lines.append(
-        f"time (roofline estimate): distillation {p['distill_hours']:.1f} h, training {p['train_hours']:.1f} h"
+        f"time (roofline estimate{MEASURED_RATE if cpu else ''}): "
+        f"distillation {duration(p['distill_hours'])}, training {duration(p['train_hours'])}"
     )
-    if not p["fits"] and p["memory_per_gpu"]["target_weights"] >= p["gpu_memory"]:
+    if not p["fits"] and cpu:
+        lines.append(
+            "does not fit in this machine's RAM: lower trainer.batch_size or trainer.max_seq_len, or plan for GPUs "
+            "(plan.device=gpu) and train there"
+        )
+    elif not p["fits"] and p["memory_per_gpu"]["target_weights"] >= p["gpu_memory"]:
         lines.append(
             "does not fit: the frozen target alone exceeds one GPU, and every process holds a replica "
             f"(trainer.target_sharding resolves to {p['target_sharding']}); shard it with plan.accelerate=zero3 "

@@ -19,6 +19,7 @@ from typing import Optional
 
 from distill.errors import DistillError
 from distill.inputs import cache_root, file_digest
+from distill.targets.gguf_header import GgufHeader, read_header
 
 SUFFIX = ".gguf"
 
@@ -67,15 +68,19 @@ def identity(ref) -> str:
 
 
 def config(ref):
-    """The model config: from the dequantized directory once it is written (the header was checked then, and
-    parsing a GGUF's header takes ~20 s on a CPU), else from the file, checked first."""
+    """The model config: from the dequantized directory once it is written, else from the file's header (read once,
+    then kept: distill/targets/gguf_header.py)."""
     from transformers import AutoConfig
 
     if dequantized := built(ref):
         return AutoConfig.from_pretrained(dequantized)
-    file = gguf_path(ref)
-    read_header(file)
-    return AutoConfig.from_pretrained(str(file.parent), gguf_file=file.name)
+    return read_header(gguf_path(ref)).model_config()
+
+
+def declared(ref) -> dict:
+    """What the header declares about the tokenizer (the chat template, the ids given a role); no weights read."""
+    head = read_header(gguf_path(ref))
+    return {"chat_template": head.chat_template, "special_ids": head.special_ids, "vocabulary": head.vocabulary}
 
 
 def gguf_path(ref, *, download: bool = True) -> Optional[Path]:
@@ -114,56 +119,6 @@ def _hub_file(ref, download: bool) -> Optional[Path]:
         ) from None
 
 
-def read_header(file: Path) -> dict:
-    """The file's architecture, name and tensor types, read from its header (memory-mapped, no weights read);
-    DistillError when transformers could not load it."""
-    import gguf
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
-
-    try:
-        reader = gguf.GGUFReader(file)
-        architecture = _text(reader, "general.architecture")
-    except Exception as e:  # a truncated or foreign file: the reader's own error, in one line
-        why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
-        raise DistillError(
-            f"target {file} is not a readable GGUF file ({why}); download it again or give the model's Hugging Face "
-            "directory"
-        ) from None
-    try:
-        load_gguf_checkpoint(str(file), return_tensors=False)  # transformers' own architecture mapping
-    except ValueError as e:
-        raise DistillError(
-            f"target {file.name} is a GGUF of architecture {architecture!r}, which transformers cannot load "
-            f"({str(e).splitlines()[0]}); give the model's Hugging Face directory instead"
-        ) from None
-    types = _check_quantizations(file, reader)
-    return {
-        "architecture": architecture,
-        "name": _text(reader, "general.name"),
-        "pre_tokenizer": _text(reader, "tokenizer.ggml.pre"),
-        "vocabulary": len(tokens.contents()) if (tokens := reader.get_field("tokenizer.ggml.tokens")) else 0,
-        "tensor_types": types,
-    }
-
-
-def _check_quantizations(file: Path, reader) -> list[str]:
-    """Dequantize one row of a tensor of each type: exactly what loading does, so a type it cannot read fails here."""
-    import gguf
-
-    first = {}
-    for tensor in reader.tensors:
-        first.setdefault(tensor.tensor_type, tensor)
-    for qtype, tensor in first.items():
-        try:
-            gguf.quants.dequantize(tensor.data[:1], qtype)
-        except (NotImplementedError, ValueError, KeyError):
-            raise DistillError(
-                f"target {file.name} holds {qtype.name} tensors ({tensor.name}), which transformers cannot dequantize; "
-                "requantize it to a type it reads (llama-quantize … Q8_0) or give the model's Hugging Face directory"
-            ) from None
-    return sorted(t.name for t in first)
-
-
 def _drop_tokens_past(tokenizer_json: Path, n_tokens: int) -> None:
     """Remove tokens with ids past the file's own vocabulary: transformers' byte-level builder adds GPT-2's default
     `<|endoftext|>` where a vocabulary lacks it (Llama-3's does), an id with no embedding that llama.cpp never has."""
@@ -176,11 +131,6 @@ def _drop_tokens_past(tokenizer_json: Path, n_tokens: int) -> None:
     settings_file = tokenizer_json.with_name("tokenizer_config.json")
     settings = json.loads(settings_file.read_text())
     settings_file.write_text(json.dumps({k: None if v in dropped else v for k, v in settings.items()}, indent=2))
-
-
-def _text(reader, key: str) -> Optional[str]:
-    field = reader.get_field(key)
-    return None if field is None else str(field.contents())
 
 
 def _directory(file: Path) -> Path:
@@ -204,7 +154,7 @@ def _point_at(out: Path, file: Path) -> None:
         atomic_write_text(out / GGUF_SOURCE, json.dumps(record | {"gguf": str(file)}, indent=1))
 
 
-def _dequantize(file: Path, out: Path, header: dict) -> None:
+def _dequantize(file: Path, out: Path, header: GgufHeader) -> None:
     """Load `file` through transformers (dequantized to float32) and write it as a plain HF directory, whole or not
     at all; the record GGUF_SOURCE goes last, so a directory without it is never used."""
     import torch
@@ -217,8 +167,8 @@ def _dequantize(file: Path, out: Path, header: dict) -> None:
     print(f"[target] dequantizing {file.name} into {out} (once)", flush=True)
     loaded = AutoModelForCausalLM.from_pretrained(str(file.parent), gguf_file=file.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
-    if header["pre_tokenizer"] in PRE_TOKENIZERS:
-        tokenizer.backend_tokenizer.pre_tokenizer = PRE_TOKENIZERS[header["pre_tokenizer"]]()
+    if header.pre_tokenizer in PRE_TOKENIZERS:
+        tokenizer.backend_tokenizer.pre_tokenizer = PRE_TOKENIZERS[header.pre_tokenizer]()
     checked = llamacpp.tool("llama-tokenize") is not None
     if checked:
         try:
@@ -235,6 +185,7 @@ def _dequantize(file: Path, out: Path, header: dict) -> None:
     with staged_directory(out) as tmp:
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        _drop_tokens_past(tmp / "tokenizer.json", header["vocabulary"])
-        record = {"gguf": str(file), "size": file.stat().st_size, "digest": file_digest(file), **header}
+        _drop_tokens_past(tmp / "tokenizer.json", header.vocabulary)
+        facts = {k: getattr(header, k) for k in ("architecture", "name", "pre_tokenizer", "vocabulary", "tensor_types")}
+        record = {"gguf": str(file), "size": file.stat().st_size, "digest": file_digest(file), **facts}
         atomic_write_text(tmp / llamacpp.GGUF_SOURCE, json.dumps(record | {"tokenizer_checked": checked}, indent=1))

@@ -51,6 +51,10 @@ def config(ref):
     return gguf.config(_as_gguf(ref, packaged_file(packaged(ref.name))))
 
 
+def declared(ref) -> dict:
+    return gguf.declared(_as_gguf(ref, packaged_file(packaged(ref.name))))
+
+
 def packaged(name: str) -> PackagedFile:
     key = name[len(PREFIX) :]
     if key not in PACKAGED:

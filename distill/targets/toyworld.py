@@ -49,6 +49,10 @@ def config(ref):
     return target_config(sibling_config(SIZES[size], SIBLINGS[size]) if draft else SIZES[size])
 
 
+def declared(ref) -> None:
+    return None  # a toy world is built with its template and ids (distill/toyworld/tokenizer.py)
+
+
 def toyworld_model(name: str) -> tuple[str, bool]:
     """(size, whether the sibling draft LM) of a `toyworld:<size>[/draft]` alias; refused when the world has none."""
     from distill.toyworld.config import SIBLINGS, SIZES

@@ -161,3 +161,52 @@ def test_llama_cpp_is_given_the_original_gguf_as_the_target(micro_world, tmp_pat
     second.unlink()
     assert llamacpp.source_gguf(directory) is None
     assert "is gone or changed: llama-server serves the dequantized weights converted back" in capsys.readouterr().err
+
+
+def test_the_header_answers_before_any_weights_and_is_read_once(micro_world, tmp_path, monkeypatch):
+    """What the file declares (template, special ids, tensor types, the transformers config) comes from its header
+    alone; the record is kept by digest, so the next read parses nothing; no directory is dequantized."""
+    from transformers import AutoConfig
+
+    from distill.targets import declared_tokenizer
+    from distill.targets.gguf_header import read_header
+
+    monkeypatch.setenv("DRAFTHUB_CACHE", str(tmp_path / "cache"))
+    file = write_gguf(micro_world.target_dir, tmp_path / "micro.gguf", qtype=Q8_0)
+    header = read_header(file)
+    assert header.architecture == "llama" and header.tensor_types == ["F32", "Q8_0"]
+    assert header.vocabulary == json.loads((micro_world.target_dir / "config.json").read_text())["vocab_size"]
+    theirs = AutoConfig.from_pretrained(str(tmp_path), gguf_file=file.name).to_dict()
+    ours = header.model_config().to_dict()
+    assert {k: v for k, v in ours.items() if k != "_name_or_path"} == {
+        k: v for k, v in theirs.items() if k != "_name_or_path"
+    }
+    monkeypatch.setattr(gguf, "GGUFReader", lambda *a, **k: pytest.fail("parsed the header again"))
+    declared = declared_tokenizer(TargetConfig(name_or_path=str(file)))
+    assert declared["chat_template"] == (micro_world.target_dir / "chat_template.jinja").read_text()
+    assert declared["special_ids"]["eos"] == header.special_ids["eos"]
+    assert target_config(TargetConfig(name_or_path=str(file))).num_hidden_layers == ours["num_hidden_layers"]
+    assert not [p for p in (tmp_path / "cache" / "targets").glob("gguf-*") if p.is_dir()]  # nothing dequantized
+
+
+def test_a_base_models_gguf_plans_with_a_template_file_and_the_run_keeps_its_text(micro_world, tmp_path, monkeypatch):
+    """A GGUF declaring no template runs once given one as a file: the run's settings (hashed, recorded) hold the
+    template's text, not its path; a missing file is one line."""
+    from hydra import compose, initialize_config_module
+
+    from distill.chat import template_text
+    from train.config import register_configs
+    from train.pipeline import run_pipeline
+
+    monkeypatch.setenv("DRAFTHUB_CACHE", str(tmp_path / "cache"))
+    base = write_gguf(micro_world.target_dir, tmp_path / "base.gguf", chat_template=False)
+    text = (micro_world.target_dir / "chat_template.jinja").read_text()
+    (tmp_path / "chat.jinja").write_text(text)
+    register_configs()
+    overrides = [f"target.name_or_path={base}", f"target.chat_template={tmp_path / 'chat.jinja'}", "dry_run=true"]
+    with initialize_config_module(config_module="conf", version_base=None):
+        cfg = compose("config", overrides=["recipe=toy", *overrides])
+    assert run_pipeline(cfg)["plan"]["fits"] and cfg.target.chat_template == text
+    assert template_text(text) == text and template_text(None) is None
+    with pytest.raises(DistillError, match=r"none\.jinja: no such file, and no Jinja template either"):
+        template_text(str(tmp_path / "none.jinja"))

@@ -253,6 +253,7 @@ def test_a_server_that_exits_while_starting_is_one_line_naming_its_log(tmp_path)
             pass
 
 
+@pytest.mark.needs_vllm  # its load client is vLLM's own (vllm bench serve)
 @pytest.mark.skipif(vllm_missing() is not None, reason=f"{vllm_missing()} — CI installs it and runs this for real")
 def test_external_servers_are_measured_as_they_are_and_nothing_is_started(tmp_path, monkeypatch, micro_world):
     swept = {}

@@ -216,6 +216,7 @@ def test_export_is_vllms_settings_and_reads_back(tmp_path):
         SuffixDrafter.from_pretrained(tmp_path / "other")
 
 
+@pytest.mark.needs_vllm  # arctic-inference comes with the vllm extras
 def test_drafts_equal_arctic_inference():
     """Our proposer against arctic-inference's own cache, the way vLLM drives it, over random workloads."""
     arctic = pytest.importorskip("arctic_inference.suffix_decoding")

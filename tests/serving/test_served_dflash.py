@@ -67,6 +67,7 @@ def test_the_cpu_patch_normalises_each_layers_context_keys_with_its_own_k_norm()
         assert not torch.allclose(vllm_cpu[1], reference[1], atol=1e-2)
 
 
+@needs_vllm
 def test_the_vllm_plugin_patches_dflash_only_while_asked(monkeypatch, tmp_path):
     """The entry point vLLM loads once per process normalises per layer only while DRAFTHUB_DFLASH_CPU_K_NORM=1,
     which the served check sets for multi-layer exports on CPU: read at each call, so an engine built after the

@@ -105,6 +105,7 @@ def test_a_checkpoint_saved_by_speculators_is_measured_as_vllm_serves_it(
     assert abs(served["tau"] - ours) <= 0.05 * ours and ours > 1.0, (served["tau"], ours)
 
 
+@pytest.mark.needs_peers
 def test_speculators_loads_drafthubs_export_with_its_recorded_verifier(fitted, target, micro_world, tmp_path):
     from speculators.models.eagle3 import Eagle3DraftModel
 

@@ -16,6 +16,7 @@ from heads.dflash2 import DFlash2Drafter
 from heads.dspark import DSparkDrafter
 from tests.exporting import export
 
+pytestmark = pytest.mark.needs_vllm  # vLLM's own config code, imported (no engine starts)
 MASK = 3
 EXPECTED = {  # family → (architecture, vLLM module, class)
     "dflash": ("DFlashDraftModel", "qwen3_dflash", "DFlashQwen3ForCausalLM"),

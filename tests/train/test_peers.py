@@ -39,6 +39,7 @@ def written(tmp_path_factory, target, rows):
     return out, vocab, write_speculators_data(target, rows, out, LAYERS, vocab, dtype=torch.float32)
 
 
+@pytest.mark.needs_peers
 def test_speculators_reads_our_samples_as_the_features_and_soft_targets_drafthub_trains_on(target, rows, written):
     from speculators.train.data import ArrowDataset
 

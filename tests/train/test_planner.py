@@ -176,3 +176,57 @@ def test_a_sharded_target_counts_one_share_per_gpu(micro_world, accelerate):
     assert sharded["target_sharding"] == accelerate and sharded["memory_per_gpu"]["target_weights"] == whole // 4
     cfg.trainer.target_sharding = "replicate"  # the user's choice stands
     assert plan_run(cfg)["memory_per_gpu"]["target_weights"] == whole
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_cpu_plan_speaks_of_this_machines_ram_and_the_precision_it_trains_in(micro_world, monkeypatch, native):
+    """On a CPU the plan counts against the machine's RAM, in the precision trainer.mixed_precision=native resolves
+    to there (bf16 only with AVX-512-BF16 or AMX), with times at its measured matmul rate; no GPU is mentioned."""
+    from types import SimpleNamespace
+
+    import eval.machine
+    import train.planner as planner
+
+    monkeypatch.setattr(planner, "ram_bytes", lambda: 8 * 2**30)
+    monkeypatch.setattr("distill.device.native_bf16", lambda device: native)
+    monkeypatch.setattr(eval.machine, "current", lambda: SimpleNamespace(matmul_gflops=100.0))
+    cfg = _run_config(micro_world, Eagle3Config(layer_ids=[0, 1, 2]), device="cpu")
+    cfg.trainer.mixed_precision = "native"
+    plan = plan_run(cfg)
+    assert plan["device"] == "cpu" and plan["gpu_memory"] == 8 * 2**30 and plan["fits"]
+    assert plan["mixed_precision"] == ("bf16" if native else "no")
+    text = render_plan(plan)
+    assert f"1 process(es) on this CPU, training in {'bf16' if native else 'fp32'}" in text
+    assert "memory (this machine's RAM, all processes):" in text and "of 8.0 GiB: fits" in text
+    assert "GPU" not in text and "0.0 M" not in text and "0.00" not in text
+    assert "time (roofline estimate, at this CPU's measured matmul rate)" in text
+    gpu = plan_run(_run_config(micro_world, Eagle3Config(layer_ids=[0, 1, 2]), device="gpu"))
+    assert gpu["gpu_memory"] == 80e9 and gpu["mixed_precision"] == "bf16" and "memory per GPU" in render_plan(gpu)
+
+
+def test_small_runs_are_printed_in_units_that_say_something():
+    from train.planner import count, duration, size
+
+    assert [count(840, "tokens"), count(23_040, "tokens"), count(1.2e6, "tokens"), count(3.4e9, "tokens")] == [
+        "840 tokens",
+        "23.0 k tokens",
+        "1.2 M tokens",
+        "3.40 B tokens",
+    ]
+    assert [size(512), size(589.8e6), size(3.1e9), size(1.2e12)] == ["512 B", "589.8 MB", "3.1 GB", "1.20 TB"]
+    assert [duration(40 / 3600), duration(0.2), duration(3.5)] == ["40 s", "12 min", "3.5 h"]
+
+
+def test_a_cpu_run_beyond_the_machines_ram_is_refused_before_any_stage_unless_told(micro_world, monkeypatch):
+    import train.planner as planner
+    from train.errors import PipelineError
+    from train.stages.preflight import check_run
+
+    monkeypatch.setattr(planner, "ram_bytes", lambda: 2**20)  # 1 MiB
+    cfg = _run_config(micro_world, Eagle3Config(layer_ids=[0, 1, 2]), device="cpu")
+    with pytest.raises(PipelineError, match=r"the plan needs .* GiB of memory and this machine has 0\.0 GiB .* lower"):
+        check_run(cfg)
+    cfg.plan.check_memory = False
+    check_run(cfg)
+    cfg.plan.check_memory, cfg.stages = True, ["distill"]  # nothing trains: nothing to fit
+    check_run(cfg)

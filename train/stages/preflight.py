@@ -35,6 +35,7 @@ def check_run(cfg: RunConfig) -> None:
     _check_files(cfg)
     family.check(cfg.drafter)
     _check_against_target(family, cfg)
+    _check_chat_template(cfg)
     if cfg.data.num_shards > 1 and set(cfg.stages) - {"distill"}:
         raise PipelineError(
             f"data.num_shards={cfg.data.num_shards} distils one part of the dataset; run each part with "
@@ -46,6 +47,7 @@ def check_run(cfg: RunConfig) -> None:
     if family.trainable:
         _check_training(training_setup(family.kind), family.kind, cfg.trainer)
         _check_features(cfg)
+        _check_memory(cfg)
     check_eval_settings(family.kind, cfg.drafter, cfg.eval)
     if "eval" in cfg.stages or cfg.bakeoff.recipes:
         check_eval_source(cfg)
@@ -122,6 +124,46 @@ def _check_files(cfg: RunConfig) -> None:
     for key, value in (("data.prompts", cfg.data.prompts), ("eval_prompts", cfg.eval_prompts)):
         if value and value.endswith(FILE_SUFFIXES) and not Path(value).exists():
             raise PipelineError(f"{key}={value} does not exist; give the path of a prompts file")
+
+
+def _check_memory(cfg: RunConfig) -> None:
+    """A training run on this CPU that its plan says will not fit in the machine's RAM: refused before distilling
+    (a GPU run is planned for its GPUs with dry_run=true, where they are)."""
+    from train.planner import GIB, plan_device, plan_run
+
+    if cfg.dry_run or "train" not in cfg.stages or not cfg.plan.check_memory or plan_device(cfg.plan) != "cpu":
+        return
+    try:
+        plan = plan_run(cfg, timed=False)
+    except DistillError:  # a config not readable offline yet: the train stage loads it
+        return
+    except Exception as e:  # an architecture the planner does not model: the run goes on, unchecked, and says so
+        print(f"[plan] memory not checked ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+        return
+    if not plan["fits"]:
+        need = plan["memory_per_gpu_total"] * plan["processes"]
+        raise PipelineError(
+            f"the plan needs {need / GIB:.1f} GiB of memory and this machine has {plan['gpu_memory'] / GIB:.1f} GiB "
+            f"(the frozen target's activations alone {plan['memory_per_gpu']['target_activations'] / GIB:.1f} GiB); "
+            "lower trainer.batch_size or trainer.max_seq_len (dry_run=true prints the plan), or set "
+            "plan.check_memory=false to run it anyway"
+        )
+
+
+def _check_chat_template(cfg: RunConfig) -> None:
+    """A target that declares no chat template (a GGUF's header, a local directory's tokenizer files: a base model)
+    is refused now, not after minutes of dequantizing and loading: drafthub's prompts are chat turns."""
+    from distill.targets import declared_tokenizer, source_of
+
+    declared = declared_tokenizer(cfg.target)
+    if cfg.target.chat_template or declared is None or declared["chat_template"]:
+        return
+    where = "its GGUF header declares" if source_of(cfg.target) else "its tokenizer files declare"
+    raise PipelineError(
+        f"target {cfg.target.name_or_path} has no chat template ({where} none: a base model?), and the "
+        "prompts are chat turns; set target.chat_template=FILE.jinja (or the template's text) to the template the "
+        "target was trained with"
+    )
 
 
 def _check_against_target(family, cfg: RunConfig) -> None:
