@@ -1,4 +1,5 @@
-"""Chat formatting: prompts through the target's own chat template, assistant-only loss masks."""
+"""Prompt formatting: chat prompts through the target's own chat template, raw text as it is (a base model's
+completion prompt), and assistant-only loss masks."""
 
 from __future__ import annotations
 
@@ -10,6 +11,26 @@ from distill.errors import DistillError
 
 ROLES = ("system", "user", "assistant")
 TEMPLATE_FILES = (".jinja", ".jinja2", ".j2")
+# A prompt of raw text the target continues, untemplated: a {"text": …} row or a completion prompt set, read as one
+# message of this role (eval.prompts.TEXT, restated there); the target's continuation follows as the assistant's.
+TEXT = "text"
+
+
+def is_text(messages: list[dict]) -> bool:
+    """The prompt is raw text to continue (a completion), not a chat turn."""
+    return bool(messages) and messages[0]["role"] == TEXT
+
+
+def asks(messages: list[dict]) -> bool:
+    """The prompt asks the target for something: a user turn, or text to continue."""
+    return any(m["role"] in ("user", TEXT) for m in messages)
+
+
+NO_TEMPLATE = (
+    "is a chat conversation, and the target has no chat template (a base model?): give it raw text to continue "
+    '({"text": …} rows, or a completion prompt set such as stdlib_continue), or set target.chat_template=FILE.jinja '
+    "to the template it was trained with"
+)
 
 
 def template_text(value: Optional[str], setting: str = "target.chat_template") -> Optional[str]:
@@ -60,12 +81,15 @@ def answered(messages: list[dict], text: str) -> list[dict]:
     return [*messages[:i], {"role": "assistant", "content": text}, *messages[i + 1 :]]
 
 
-def encode_prompt(tokenizer, messages: list[dict]) -> list[int]:
-    """Token ids of `messages` followed by the template's assistant generation prompt."""
-    return _encode(tokenizer, messages, add_generation_prompt=True)
+def encode_prompt(tokenizer, messages: list[dict], where: str = "a prompt") -> list[int]:
+    """Token ids of `messages` followed by the template's assistant generation prompt; of raw text, its own ids (with
+    the tokenizer's start token, as llama.cpp's and vLLM's completion endpoints encode a prompt)."""
+    if is_text(messages):
+        return list(tokenizer(messages[0]["content"])["input_ids"])
+    return _encode(tokenizer, messages, add_generation_prompt=True, where=where)
 
 
-def encode_chat(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
+def encode_chat(tokenizer, messages: list[dict], where: str = "a conversation") -> tuple[list[int], list[int]]:
     """Token ids of a whole conversation and its assistant mask (1 on assistant-written tokens: each answer's content
     and its end-of-turn token).
 
@@ -73,6 +97,13 @@ def encode_chat(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
     ship it, Llama 3's) get it from the rendered text: each answer is what the conversation up to it adds after the
     generation prompt before it, cut after its end-of-turn token.
     """
+    if is_text(messages):  # the text's ids, then its continuation's (kept from the dataset), tokenized on their own
+        prompt = encode_prompt(tokenizer, messages[:1])
+        answer = "".join(m["content"] for m in messages[1:] if m["role"] == "assistant")
+        ids = tokenizer(answer, add_special_tokens=False)["input_ids"] if answer else []
+        return prompt + list(ids), [0] * len(prompt) + [1] * len(ids)
+    if not tokenizer.chat_template:
+        raise DistillError(f"{where} {NO_TEMPLATE}")
     if "{% generation %}" in (tokenizer.chat_template or "").replace("{%- generation %}", "{% generation %}"):
         enc = tokenizer.apply_chat_template(
             messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
@@ -119,7 +150,9 @@ def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str
     return tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
 
 
-def _encode(tokenizer, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+def _encode(tokenizer, messages: list[dict], add_generation_prompt: bool, where: str) -> list[int]:
+    if not tokenizer.chat_template:
+        raise DistillError(f"{where} {NO_TEMPLATE}")
     enc = tokenizer.apply_chat_template(
         messages, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=True
     )

@@ -27,8 +27,20 @@ MIN_WORDS = 3
 TRIES_PER_REQUEST = 4  # sampled requests per one asked for, at most, before the shortfall is refused
 
 
+NEEDS_INSTRUCT = (
+    "Magpie needs an instruction-tuned target with its chat template (its requests are what the target writes where "
+    "a user's turn begins)"
+)
+NO_MAGPIE_FIX = (
+    'give prompts instead: raw text to continue for a base model ({"text": …} rows, data.prompts=stdlib_continue) '
+    "or a corpus (data.source=corpus)"
+)
+
+
 def query_prefix(tokenizer) -> list[int]:
     """The ids of the chat template's text up to where a user's message begins (with any default system prompt)."""
+    if not tokenizer.chat_template:
+        raise DistillError(f"data.prompts=magpie: the target has no chat template; {NEEDS_INSTRUCT}; {NO_MAGPIE_FIX}")
     text = tokenizer.apply_chat_template([{"role": "user", "content": SENTINEL}], tokenize=False)
     if SENTINEL not in text:
         raise DistillError(
@@ -57,8 +69,8 @@ def write_requests(sampler, tokenizer, count: int, seed: int, batch_size: int) -
                 return requests[:count]
     raise DistillError(
         f"the target wrote {len(requests)} distinct requests in {batches * batch_size} tries, fewer than "
-        f"data.max_prompts={count}; lower data.max_prompts, raise data.magpie.max_new_tokens, or add prompts "
-        "(data.mix)"
+        f"data.max_prompts={count}; {NEEDS_INSTRUCT}, and a base model rarely ends a request: {NO_MAGPIE_FIX}. "
+        "For an instruct model: lower data.max_prompts, raise data.magpie.max_new_tokens, or add prompts (data.mix)"
     )
 
 

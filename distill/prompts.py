@@ -8,7 +8,10 @@ Rows, by the first field they have: chat `messages`; ShareGPT `conversations` ({
 user turns (MT-Bench, Spec-Bench, DeepSpec), which the target answers one after another, each prompt holding its own
 answers to the turns before (an owed answer is an assistant message with content None: distill/chat.py
 pending_turn); `prompt`, one user turn (HumanEval's code stub), answered by the row's `completion` where it has one
-(TRL's prompt-completion rows: the dataset's own answer, kept with data.regenerate=false). `<prompts setting>_column`
+(TRL's prompt-completion rows: the dataset's own answer, kept with data.regenerate=false); `text`, raw text the
+target continues untemplated (a base model's completion prompt; distill/chat.py TEXT), its `completion` likewise.
+A completion prompt set (COMPLETION_SETS: `stdlib_continue`, `humaneval_completion`) reads its `prompt` as such
+text. `<prompts setting>_column`
 (data.prompts_column, eval_prompts_column, prompts_column) names the column instead, read by what it holds: a
 string, a list of strings (turns), messages or ShareGPT turns. A row's `category` (Spec-Bench, MT-Bench) comes
 along, for eval's figures per category. OpenAI-style content parts ([{"type": "text", "text": ...}]) are joined on
@@ -27,13 +30,14 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, NamedTuple, Optional
 
-from distill.chat import ROLES
+from distill.chat import ROLES, TEXT
 from distill.errors import DistillError
-from distill.prompt_sets import PROMPT_SETS, PromptSet, is_prompt_set
+from distill.prompt_sets import COMPLETION_SETS, PROMPT_SETS, PromptSet, is_prompt_set
 
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
-_FIELDS = ("messages", "conversations", "turns", "prompt")  # the prompt field of a row, in order of preference
-_NO_FIELD = "no 'messages', 'conversations' (ShareGPT), 'turns' or 'prompt'"
+# the prompt field of a row, in order of preference
+_FIELDS = ("messages", "conversations", "turns", "prompt", "text")
+_NO_FIELD = "no 'messages', 'conversations' (ShareGPT), 'turns', 'prompt' or 'text' (raw text to continue)"
 COMPLETION = "completion"  # a `prompt` row's answer (TRL's prompt-completion datasets)
 CATEGORY = "category"  # a row's category (Spec-Bench, MT-Bench): eval reports its figures per category
 _SUFFIXES = ("", ".jsonl", ".json", ".parquet", ".jsonl.gz", ".json.gz")
@@ -46,6 +50,7 @@ class _Keys(NamedTuple):
     prompts: str  # the setting naming the source, for messages
     split: str  # the setting naming the split
     column: Optional[str]  # the column holding the prompts; None = the first of _FIELDS a row has
+    completion: bool = False  # a completion prompt set: a row's `prompt` is raw text to continue
 
     @property
     def column_key(self) -> str:
@@ -114,7 +119,7 @@ def load_conversations(
 def _prompt_set(name: str, keys: _Keys) -> list[_Row]:
     """A benchmark's rows, each category prefixed with the benchmark's name (`mt_bench/coding`; `humaneval`), so a
     report groups them by workload."""
-    rows = _read_file(PROMPT_SETS[name](), keys)
+    rows = _read_file(PROMPT_SETS[name](), keys._replace(completion=name in COMPLETION_SETS))
     return [(messages, f"{name}/{category}" if category else name) for messages, category in rows]
 
 
@@ -385,6 +390,8 @@ def _prompt_of(row: dict, where: str, keys: _Keys) -> list[dict]:
         return [_sharegpt_turn(t, where) for t in turns]
     if "turns" in row:
         return _turns(row["turns"], f"{where}: 'turns'")
+    if "prompt" in row and keys.completion:  # a completion prompt set: its prompt is text to continue
+        return [{"role": TEXT, "content": row["prompt"]}, *_completion(row, where)]
     if "prompt" in row:
         if not isinstance(row["prompt"], str):
             raise DistillError(
@@ -392,6 +399,10 @@ def _prompt_of(row: dict, where: str, keys: _Keys) -> list[dict]:
                 f"it by what it holds (turns, messages), set {keys.column_key}=prompt"
             )
         return [{"role": "user", "content": row["prompt"]}, *_completion(row, where)]
+    if "text" in row:
+        if not isinstance(row["text"], str) or not row["text"]:
+            raise DistillError(f"{where}: 'text' must be a non-empty string (raw text the target continues)")
+        return [{"role": TEXT, "content": row["text"]}, *_completion(row, where)]
     raise DistillError(f"{where}: {_NO_FIELD} field; found {sorted(row)}; or set {keys.column_key}")
 
 

@@ -17,7 +17,7 @@ from jinja2.exceptions import TemplateError
 from tqdm.auto import tqdm
 
 from distill import magpie
-from distill.chat import answered, encode_chat, encode_prompt, owes_answer, pending_turn, tokenizer_hash
+from distill.chat import answered, asks, encode_chat, encode_prompt, owes_answer, pending_turn, tokenizer_hash
 from distill.config import DATA_SOURCES, DataConfig, PromptSource, TargetConfig, output_settings
 from distill.corpus_windows import conversation_text, corpus_examples
 from distill.device import default_device
@@ -211,7 +211,13 @@ def _prompts(target: TargetConfig, data: DataConfig, tokenizer) -> tuple[list[di
             heldout = heldout_indices(len(conversations), data.holdout, data.holdout_seed)
             held = set(heldout)
         more, why = _encode(
-            tokenizer, conversations, data, source.max_prompts, first_index=offset, skip=frozenset(held)
+            tokenizer,
+            conversations,
+            data,
+            source.max_prompts,
+            first_index=offset,
+            skip=frozenset(held),
+            key=keys.get("prompts_key", "data.prompts"),
         )
         offset += len(conversations)
         examples, dropped = examples + more, dropped + why
@@ -362,13 +368,19 @@ def _sampler(target: TargetConfig, data: DataConfig, tokenizer, device):
 
 
 def _encode(
-    tokenizer, conversations, data: DataConfig, max_prompts: int, first_index: int = 0, skip: frozenset = frozenset()
+    tokenizer,
+    conversations,
+    data: DataConfig,
+    max_prompts: int,
+    first_index: int = 0,
+    skip: frozenset = frozenset(),
+    key: str = "data.prompts",
 ) -> tuple[list[dict], Counter]:
     """Token ids per usable conversation, in file order, and why the others were dropped ({reason: count}):
     too long, no user turn, or refused by the target's chat template (Gemma and Mistral raise on a system turn).
 
     prompt_index counts from first_index, so indices stay unique across mixed sources; conversations at
-    positions in `skip` (the held-out slice) are left out.
+    positions in `skip` (the held-out slice) are left out; `key`: the setting naming the source, in messages.
     """
     examples, dropped = [], Counter()
     for index, messages in enumerate(conversations, first_index):
@@ -377,7 +389,7 @@ def _encode(
         if index - first_index in skip:
             continue
         try:
-            example = _example(tokenizer, messages, index, data.regenerate)
+            example = _example(tokenizer, messages, index, data.regenerate, f"{key} row {index - first_index + 1}")
         except TemplateError as e:
             dropped[f"refused by the target's chat template ({e})"] += 1
             continue
@@ -390,16 +402,16 @@ def _encode(
     return examples, dropped
 
 
-def _example(tokenizer, messages: list[dict], index: int, regenerate: bool) -> dict | None:
+def _example(tokenizer, messages: list[dict], index: int, regenerate: bool, where: str) -> dict | None:
     """One conversation's prompt ids (and, keeping the dataset's answers, its ids and loss mask); None: no user turn.
 
     A conversation that owes the target's answers (a `turns` row) keeps its messages: its later turns are encoded
     once the target has answered the earlier ones (_answers)."""
     if regenerate:
         prompt, more = pending_turn(messages)
-        if not any(m["role"] == "user" for m in prompt):
+        if not asks(prompt):
             return None
-        return {"prompt_index": index, "prompt_ids": encode_prompt(tokenizer, prompt)} | (
+        return {"prompt_index": index, "prompt_ids": encode_prompt(tokenizer, prompt, where)} | (
             {"messages": messages} if more else {}
         )
     if any(owes_answer(m) for m in messages):
@@ -407,7 +419,7 @@ def _example(tokenizer, messages: list[dict], index: int, regenerate: bool) -> d
             f"prompt {index} is a `turns` row, which holds no answers to keep (data.regenerate=false); set "
             "data.regenerate=true so that the target answers its turns"
         )
-    ids, mask = encode_chat(tokenizer, messages)
+    ids, mask = encode_chat(tokenizer, messages, where)
     first = mask.index(1) if 1 in mask else len(mask)
     return {"prompt_index": index, "prompt_ids": ids[:first], "input_ids": ids, "loss_mask": mask}
 

@@ -79,12 +79,7 @@ def _chat_template(app: "EvalAppConfig", drafter: Path, tokenizer) -> None:
     from distill.chat import template_text
 
     given = template_text(app.chat_template, "chat_template")
-    tokenizer.chat_template = given or recipe_template or tokenizer.chat_template
-    if not tokenizer.chat_template:
-        raise EvalError(
-            "the target's tokenizer has no chat template; "
-            "pass chat_template=<the Jinja template the target was trained with>"
-        )
+    tokenizer.chat_template = given or recipe_template or tokenizer.chat_template  # none: raw text prompts only
 
 
 def _record(drafter: Path, report: dict, out_dir: Path, target_name: str, from_provenance: bool) -> None:

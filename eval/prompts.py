@@ -1,7 +1,8 @@
 """Eval prompts, templated alike for `python -m eval` and the pipeline's eval stage: conversations (both read
 them with distill.prompts.read_prompts; eval itself imports only heads) without their trailing assistant turns
 (the reference answers), through the target's chat template with the assistant generation prompt — what a server
-receives.
+receives. Raw text (a base model's completion prompt, role TEXT) is measured as its own ids, as a completion
+endpoint receives it.
 
 A conversation of `turns` (MT-Bench, Spec-Bench: user turns with the answers the target owes between them,
 assistant messages with content None) is measured turn by turn, as those benchmarks measure it: one prompt per
@@ -24,6 +25,7 @@ from eval.sampling import SamplingParams
 from eval.speculative import autoregressive_generate
 
 Answer = Callable[[list[int]], list[int]]  # prompt ids → the target's answer ids
+TEXT = "text"  # raw text the target continues, untemplated (a completion prompt): distill.chat.TEXT, restated
 
 
 def prompt_messages(messages: list[dict]) -> list[dict]:
@@ -131,7 +133,7 @@ def measured_prompts(
                 break
             prompt, more = pending_turn(messages)
             where = f"eval prompt {number}" + (f" (turn {turn})" if turn > 1 or more else "")
-            if not any(m.get("role") == "user" for m in prompt):
+            if not any(m.get("role") in ("user", TEXT) for m in prompt):
                 raise EvalError(f"{where} has no user turn to answer; give it a {{'role': 'user'}} message")
             ids = _template(prompt, tokenizer, where)
             if max_len is not None and len(ids) > max_len:
@@ -188,6 +190,15 @@ def prompt_ids(
 
 
 def _template(prompt: list[dict], tokenizer, where: str) -> list[int]:
+    """A chat prompt through the target's template; raw text as its own ids (distill.chat.encode_prompt's rule)."""
+    if prompt[0].get("role") == TEXT:
+        return list(tokenizer(prompt[0]["content"])["input_ids"])
+    if not tokenizer.chat_template:
+        raise EvalError(
+            f"{where} is a chat conversation, and the target has no chat template (a base model?): give it raw text "
+            '({"text": …} rows, or a completion prompt set such as humaneval_completion), or pass the template it '
+            "was trained with (target.chat_template=FILE.jinja; python -m eval: chat_template=FILE.jinja)"
+        )
     try:
         chat = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
     except TemplateError as e:  # Gemma's and Mistral's templates raise on a system turn

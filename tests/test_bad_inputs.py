@@ -102,11 +102,18 @@ CASES = [
     ("unknown data source", "train", [*TRAIN, "data.source=nope"], "data.source='nope'; use one of"),
     ("unknown toy world", "train", ["stages=[distill]", "target.name_or_path=toyworld:huge"], "unknown toy world"),
     (
-        "a GGUF declaring no chat template",
+        "chat prompts for a GGUF declaring no chat template",
         "train",
-        ["recipe=toy", "stages=[distill]", "target.name_or_path={f}/base.gguf"],
-        "base.gguf has no chat template (its GGUF header declares none: a base model?), and the prompts are chat "
-        "turns; set target.chat_template=FILE.jinja",
+        ["recipe=toy", "stages=[distill]", "target.name_or_path={f}/base.gguf", "data.prompts={f}/ok.jsonl"],
+        "data.prompts row 1 is a chat conversation, and the target has no chat template (a base model?): give it raw "
+        'text to continue ({"text": …} rows, or a completion prompt set such as stdlib_continue), or set '
+        "target.chat_template=FILE.jinja",
+    ),
+    (
+        "Magpie on a GGUF declaring no chat template",
+        "train",
+        ["recipe=toy", "stages=[distill]", "target.name_or_path={f}/base.gguf", "data.prompts=magpie"],
+        "has no chat template (its GGUF header declares none); Magpie needs an instruction-tuned target",
     ),
     ("missing template file", "train", [*TRAIN, "target.chat_template={t}/chat.jinja"], "chat.jinja: no such file"),
     (

@@ -40,3 +40,36 @@ def test_a_gguf_target_distils_magpie_requests_trains_and_is_measured_on_humanev
     report = json.loads((tmp_path / "run" / "eval" / "eval_report.json").read_text())
     assert report["lossless"] is True and report["prompts"]["overlap"] == 0
     assert list(report["categories"]) == ["humaneval"]
+
+
+@pytest.mark.slow
+def test_a_base_models_gguf_continues_code_and_is_measured_on_humaneval_continued(micro_world, tmp_path):
+    """recipes/gguf_completion.yaml as a base-model user runs it: a GGUF declaring no chat template continues the
+    stdlib's stubs as raw text, the retrieval drafter is built from its continuations and measured on HumanEval's
+    stubs continued, losslessly; where llama.cpp is built (CI) it serves the original file and the same ids as
+    completions, with the store as its n-gram cache."""
+    from heads.formats import llamacpp
+
+    served = llamacpp.missing() is None
+    target = write_gguf(micro_world.target_dir, tmp_path / "base.gguf", chat_template=False)
+    argv = [
+        "recipe=gguf_completion",
+        f"target.name_or_path={target}",
+        "data.max_prompts=12",
+        "data.sampling.max_new_tokens=16",
+        "eval.num_prompts=3",
+        "eval.max_new_tokens=16",
+        *(["eval.serve=llamacpp", "publish.engines=[llamacpp]"] if served else []),
+        f"run_dir={tmp_path / 'run'}",
+    ]
+    code, out, err = run_app("train", argv)
+    assert code == 0, err[-2000:]
+    report = json.loads((tmp_path / "run" / "eval" / "eval_report.json").read_text())
+    assert report["lossless"] is True and report["prompts"]["overlap"] == 0
+    assert list(report["categories"]) == ["humaneval_completion"]
+    manifest = json.loads((tmp_path / "run" / "data" / "manifest.json").read_text())
+    assert manifest["counts"]["samples"] == 12 and manifest["prompts"]["source"] == "stdlib_continue"
+    if served:
+        served = report["served"]
+        assert served["engine"] == "llamacpp" and served["method"] == "ngram-cache", served
+        assert served["verdict"] == "ok" and served["equal_prompts"] >= 3, served["reason"]

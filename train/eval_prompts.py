@@ -16,7 +16,7 @@ from typing import Optional
 
 from jinja2.exceptions import TemplateError
 
-from distill.chat import encode_prompt, pending_turn
+from distill.chat import asks, encode_prompt, pending_turn
 from distill.heldout import TOYWORLD, digest_of_set, heldout_indices, holdout_active, prompt_digest
 from distill.prompt_sets import PromptSet
 from distill.prompts import read_prompts
@@ -149,7 +149,7 @@ def templated(rows: PromptSet, tokenizer) -> PromptSet:
     kept = []
     for i, c in enumerate(rows.conversations):
         prompt, _ = pending_turn(c)
-        if not any(m["role"] == "user" for m in prompt):
+        if not asks(prompt):
             continue
         try:
             encode_prompt(tokenizer, prompt)

@@ -3,6 +3,7 @@ naming the file, its line or row, and the setting for every way their data goes 
 
 import json
 import re
+import shutil
 from dataclasses import replace
 
 import datasets
@@ -448,3 +449,54 @@ def test_stdlib_code_answers_are_stdlib_codes_requests_with_the_stdlibs_own_func
         "role": "assistant",
         "content": source + "    return sum(values) / len(values)\n",
     }
+
+
+def test_raw_text_rows_are_continued_untemplated_and_their_completions_kept(tmp_path, micro_world):
+    """A base model's prompts: `{"text": …}` is continued as it is (its own ids, the tokenizer's start token first),
+    the target's continuation trained on and nothing of the text; with data.regenerate=false the row's completion
+    is the continuation. The completion prompt sets read HumanEval's and the stdlib's stubs so."""
+    from distill.chat import TEXT
+    from distill.config import DataConfig, SamplingConfig, TargetConfig
+    from distill.run import distill
+    from distill.shards import load_distilled
+    from distill.target import load_tokenizer
+
+    rows = [{"text": "def add(a, b):\n", "completion": "    return a + b\n"}, {"text": "import os\n"}]
+    path = _jsonl(tmp_path / "text.jsonl", *rows)
+    continued = [{"role": TEXT, "content": "def add(a, b):\n"}, {"role": "assistant", "content": "    return a + b\n"}]
+    assert load_conversations(path, None) == [continued, [{"role": TEXT, "content": "import os\n"}]]
+    humaneval = read_prompts("humaneval_completion", None).conversations[0]
+    assert humaneval == [{"role": TEXT, "content": read_prompts("humaneval", None).conversations[0][0]["content"]}]
+    assert all(c[0]["role"] == TEXT for c in load_conversations("stdlib_continue", None)[:50])
+    micro = TargetConfig(name_or_path="toyworld:micro")
+    data = DataConfig(prompts=_jsonl(tmp_path / "one.jsonl", rows[0]), holdout=0, regenerate=False)
+    distill(micro, data, tmp_path / "kept", "cpu")
+    kept, tokenizer = load_distilled(tmp_path / "kept")[0], load_tokenizer(micro)
+    text_ids = tokenizer("def add(a, b):\n")["input_ids"]
+    assert kept["input_ids"][: kept["prompt_length"]] == text_ids
+    assert tokenizer.decode([t for t, m in zip(kept["input_ids"], kept["loss_mask"]) if m]) == "    return a + b\n"
+    greedy = replace(data, regenerate=True, sampling=SamplingConfig(temperature=0, max_new_tokens=4))
+    distill(micro, greedy, tmp_path / "target", "cpu")
+    answer = load_distilled(tmp_path / "target")[0]
+    assert answer["input_ids"][: answer["prompt_length"]] == text_ids and sum(answer["loss_mask"]) >= 1
+    with pytest.raises(DistillError, match=r"bad\.jsonl:1: 'text' must be a non-empty string"):
+        load_conversations(_jsonl(tmp_path / "bad.jsonl", {"text": ["a"]}), None)
+
+
+def test_a_chat_row_for_a_target_without_a_template_names_the_row_and_both_ways_out(tmp_path, micro_world):
+    """Checked as distill reads the rows too (prompts on the Hub are not read before the run): the first chat row
+    is named; raw text beside it is fine."""
+    from distill.config import DataConfig, TargetConfig
+    from distill.run import distill
+
+    template_less = tmp_path / "no-template"
+    shutil.copytree(micro_world.target_dir, template_less)
+    (template_less / "chat_template.jinja").unlink(missing_ok=True)
+    settings = json.loads((template_less / "tokenizer_config.json").read_text())
+    settings.pop("chat_template", None)
+    (template_less / "tokenizer_config.json").write_text(json.dumps(settings))
+    path = _jsonl(tmp_path / "mixed.jsonl", {"text": "x = 1\n"}, {"prompt": "def f():\n"})
+    data = DataConfig(prompts=path, holdout=0)
+    with pytest.raises(DistillError, match=r"^data\.prompts row 2 is a chat conversation, and the target has no chat"):
+        distill(TargetConfig(name_or_path=str(template_less)), data, tmp_path / "out", "cpu")
+    assert not (tmp_path / "out" / "manifest.json").exists()

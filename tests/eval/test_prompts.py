@@ -96,6 +96,25 @@ def test_distillation_and_eval_cut_prompts_by_the_same_rule():
         assert distill_prompt(conversation) == prompt_messages(conversation)
 
 
+def test_distillation_and_eval_encode_raw_text_alike_and_a_chat_row_needs_a_template(tokenizer):
+    """A completion prompt is its own ids in both (the tokenizer's start token first), never templated; eval names
+    a chat row a template-less target cannot take, and both ways out."""
+    from copy import deepcopy
+
+    from distill.chat import TEXT, encode_prompt
+    from eval.prompts import TEXT as EVAL_TEXT
+
+    assert EVAL_TEXT == TEXT
+    text = [[{"role": TEXT, "content": "def add(a, b):\n"}]]
+    measured = measured_prompts(text, tokenizer, limit=1).ids
+    assert measured == [encode_prompt(tokenizer, text[0])] == [tokenizer("def add(a, b):\n")["input_ids"]]
+    bare = deepcopy(tokenizer)
+    bare.chat_template = None
+    assert measured_prompts(text, bare, limit=1).ids == measured
+    with pytest.raises(EvalError, match=r"eval prompt 2 is a chat conversation, and the target has no chat template"):
+        measured_prompts([*text, [CONVERSATIONS[1][0]]], bare, limit=2)
+
+
 SPEC_BENCH = [  # Spec-Bench's question.jsonl layout: MT-Bench's turns, a category per row
     {"question_id": 1, "category": "writing", "turns": ["def add(a, b):\n", "import os\n"]},
     {"question_id": 2, "category": "qa", "turns": ["class A:\n"]},

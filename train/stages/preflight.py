@@ -151,19 +151,47 @@ def _check_memory(cfg: RunConfig) -> None:
 
 
 def _check_chat_template(cfg: RunConfig) -> None:
-    """A target that declares no chat template (a GGUF's header, a local directory's tokenizer files: a base model)
-    is refused now, not after minutes of dequantizing and loading: drafthub's prompts are chat turns."""
+    """A target declaring no chat template (a GGUF's header, a local directory's tokenizer files: a base model)
+    reads raw text to continue: chat prompts and Magpie are refused now, naming the first chat row and the two ways
+    out, not after minutes of dequantizing and loading. Prompts on the Hub are checked row by row as distill reads
+    them."""
+    from distill.chat import NO_TEMPLATE, is_text
+    from distill.magpie import NEEDS_INSTRUCT, NO_MAGPIE_FIX
     from distill.targets import declared_tokenizer, source_of
 
     declared = declared_tokenizer(cfg.target)
     if cfg.target.chat_template or declared is None or declared["chat_template"]:
         return
-    where = "its GGUF header declares" if source_of(cfg.target) else "its tokenizer files declare"
-    raise PipelineError(
-        f"target {cfg.target.name_or_path} has no chat template ({where} none: a base model?), and the "
-        "prompts are chat turns; set target.chat_template=FILE.jinja (or the template's text) to the template the "
-        "target was trained with"
-    )
+    where = "its GGUF header declares none" if source_of(cfg.target) else "its tokenizer files declare none"
+    distils = "distill" in cfg.stages and cfg.data.source == "target"
+    if distils and cfg.data.prompts == "magpie":
+        raise PipelineError(
+            f"data.prompts=magpie: target {cfg.target.name_or_path} has no chat template ({where}); {NEEDS_INSTRUCT}; "
+            f"{NO_MAGPIE_FIX}"
+        )
+    for key, conversations in _local_prompts(cfg, distils):
+        row = next((n for n, messages in enumerate(conversations, 1) if not is_text(messages)), None)
+        if row is not None:
+            raise PipelineError(f"{key} row {row} {NO_TEMPLATE} ({cfg.target.name_or_path}: {where})")
+
+
+def _local_prompts(cfg: RunConfig, distils: bool):
+    """(setting, conversations) of every prompt source read from this machine (files, prompt sets) a run uses."""
+    from distill.prompt_sets import is_prompt_set
+    from distill.prompts import load_conversations
+
+    evaluates = "eval" in cfg.stages
+    sources = []
+    if distils or (evaluates and not cfg.eval_prompts):  # eval's held-out slice of data.prompts too
+        sources.append(("data.prompts", cfg.data.prompts, cfg.data.split, cfg.data.prompts_column))
+    if distils:
+        mix = enumerate(cfg.data.mix)
+        sources += [(f"data.mix[{i}].prompts", m.prompts, m.split, m.prompts_column) for i, m in mix]
+    if evaluates and cfg.eval_prompts:
+        sources.append(("eval_prompts", cfg.eval_prompts, cfg.eval_split, cfg.eval_prompts_column))
+    for key, source, split, column in sources:
+        if is_prompt_set(source) or Path(source).expanduser().is_file():
+            yield key, load_conversations(source, split, column=column, prompts_key=key)
 
 
 def _check_against_target(family, cfg: RunConfig) -> None:
