@@ -353,7 +353,7 @@ def _columns_of(columns: list[str], where: str, keys: _Keys) -> list[str]:
             f"{where}: {_NO_FIELD} column; found {sorted(columns)}; set {keys.column_key} to the one holding "
             "the prompts"
         )
-    answer = [COMPLETION] if field == "prompt" and keys.column is None and COMPLETION in columns else []
+    answer = [COMPLETION] if field in ("prompt", "text") and keys.column is None and COMPLETION in columns else []
     return [field, *answer, *([CATEGORY] if CATEGORY in columns and field != CATEGORY else [])]
 
 

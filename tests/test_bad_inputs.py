@@ -115,6 +115,32 @@ CASES = [
         ["recipe=toy", "stages=[distill]", "target.name_or_path={f}/base.gguf", "data.prompts=magpie"],
         "has no chat template (its GGUF header declares none); Magpie needs an instruction-tuned target",
     ),
+    (
+        "held-out samples beyond what distilling can give",
+        "train",
+        ["recipe=toy_eagle", "target=micro", "drafter.layer_ids=[0,1,2]", "data.prompts=stdlib_code"]
+        + ["data.max_prompts=24", "data.holdout=0", "eval_prompts=humaneval"],
+        "drafter.select_samples=32 must leave ≥ trainer.batch_size=16 samples for training, and distilling gives at "
+        "most 24 (data.max_prompts=24)",
+    ),
+    (
+        "a batch beyond what distilling can give",
+        "train",
+        [*TRAIN[:2], "data.prompts=stdlib_code", "data.max_prompts=4", "data.holdout=0", "eval_prompts=humaneval"],
+        "trainer.batch_size=16 is more than the 4 samples distilling gives at most (data.max_prompts=4)",
+    ),
+    (
+        "a mask id that is the target's chat template marker",
+        "train",
+        ["recipe=toy_dflash", "target=micro", "drafter.layer_ids=[1,2]", "drafter.mask_token_id=2"],
+        "drafter.mask_token_id=2 is the target's chat template marker token, which real text holds",
+    ),
+    (
+        "a PARD id that is the target's end token",
+        "train",
+        ["recipe=toy_pard", "target=micro", "drafter.pard_token=1"],
+        "drafter.pard_token=1 is the target's eos token",
+    ),
     ("missing template file", "train", [*TRAIN, "target.chat_template={t}/chat.jinja"], "chat.jinja: no such file"),
     (
         "a plan beyond this machine's memory",
@@ -488,3 +514,19 @@ def test_a_sequence_cap_that_cuts_the_answers_is_refused_before_training(tmp_pat
         errors[0],
     ), lines
     assert (run / "data" / "manifest.json").exists() and not (run / "checkpoints").exists()
+
+
+def test_a_mask_id_on_the_targets_pad_token_is_allowed_and_said_once(micro_world, capsys):
+    """Real text never holds pad or unknown: a mask slot fed one is told apart, so the run goes on, saying so."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from train.config import register_configs
+    from train.stages.preflight import check_run
+
+    register_configs()
+    with initialize_config_module(config_module="conf", version_base=None):
+        cfg = compose("config", overrides=["recipe=toy_dflash", "target=micro", "drafter.layer_ids=[1,2]"])
+    cfg.drafter.mask_token_id = 0  # the micro world's <|pad|>
+    check_run(OmegaConf.to_object(cfg))
+    assert capsys.readouterr().out.count("drafter.mask_token_id=0 is the target's pad token: allowed") == 1

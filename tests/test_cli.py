@@ -230,8 +230,8 @@ def test_bad_medusa_settings_fail_before_any_stage(tmp_path):
 def test_eval_app_templates_prompts_as_the_drafter_was_trained(tmp_path, tokenizer):
     import copy
 
+    from distill.errors import DistillError
     from eval.__main__ import EvalAppConfig, _chat_template
-    from eval.errors import EvalError
 
     template = "{{ messages[0]['content'] }} ->"
     (tmp_path / "drafthub.json").write_text(json.dumps({"recipe": {"target": {"chat_template": template}}}))
@@ -239,9 +239,14 @@ def test_eval_app_templates_prompts_as_the_drafter_was_trained(tmp_path, tokeniz
     tok.chat_template = None  # a target that ships no template (Vicuna v1.3)
     _chat_template(EvalAppConfig(), tmp_path, tok)
     assert tok.chat_template == template
-    tok.chat_template = None
-    with pytest.raises(EvalError, match="has no chat template; pass chat_template="):
-        _chat_template(EvalAppConfig(), tmp_path / "elsewhere", tok)
+    tok.chat_template = None  # none anywhere: raw text is measured, a chat prompt is refused naming both ways out
+    _chat_template(EvalAppConfig(), tmp_path / "elsewhere", tok)
+    assert tok.chat_template is None
+    (tmp_path / "chat.jinja").write_text(template)
+    _chat_template(EvalAppConfig(chat_template=str(tmp_path / "chat.jinja")), tmp_path / "elsewhere", tok)
+    assert tok.chat_template == template
+    with pytest.raises(DistillError, match=r"none\.jinja: no such file"):
+        _chat_template(EvalAppConfig(chat_template=str(tmp_path / "none.jinja")), tmp_path / "elsewhere", tok)
 
 
 @pytest.mark.slow

@@ -168,7 +168,8 @@ def _activation_bytes(
     F = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * H  # GPT-2: n_inner
     # target: one layer's transient tensors (none without a forward) + its logits (and their float copy for the loss)
     layer = (4 * H + 3 * F) * target_bytes_per_value if forward else 0
-    target = tokens * (layer + V * (target_bytes_per_value + 4))
+    whole = training_setup(cfg.drafter.kind).whole_logits(cfg, tokens)  # positions with whole-vocabulary logits
+    target = tokens * layer + whole * V * (target_bytes_per_value + 4)
     layer = 34 * tokens * drafter_hidden * act_bytes // 2  # saved tensors of one decoder layer (flash/SDPA attention)
     extra, drafter = training_setup(cfg.drafter.kind).activations(
         cfg, tokens=tokens, hidden=H, layer=layer, vocab=V, act_bytes=act_bytes, target_bytes=target_bytes_per_value

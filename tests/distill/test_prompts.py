@@ -38,7 +38,7 @@ def test_malformed_jsonl_line_is_named(tmp_path):
 
 def test_missing_messages_field_is_named(tmp_path):
     with pytest.raises(DistillError, match=r"p\.jsonl:1: no 'messages'"):
-        load_conversations(_jsonl(tmp_path / "p.jsonl", {"text": "hello"}), "train")
+        load_conversations(_jsonl(tmp_path / "p.jsonl", {"body": "hello"}), "train")
 
 
 def test_sharegpt_conversations_are_converted(tmp_path):
@@ -199,11 +199,11 @@ def test_json_and_parquet_errors_name_the_file(tmp_path):
         DistillError, match=rf"^{re.escape(str(g))} is not a readable parquet file \(ArrowInvalid: .*check data.prompts"
     ):
         load_conversations(str(g), "train")
-    datasets.Dataset.from_list([{"text": "x"}]).to_parquet(str(g))
+    datasets.Dataset.from_list([{"body": "x"}]).to_parquet(str(g))
     with pytest.raises(
         DistillError,
-        match=rf"^{re.escape(str(g))}: no 'messages', 'conversations' \(ShareGPT\), 'turns' or 'prompt' column; found "
-        r"\['text'\]; set data.prompts_column to the one holding the prompts$",
+        match=rf"^{re.escape(str(g))}: no 'messages', 'conversations' \(ShareGPT\), 'turns', 'prompt' or 'text' "
+        r"\(raw text to continue\) column; found \['body'\]; set data.prompts_column to the one holding the prompts$",
     ):
         load_conversations(str(g), "train")
 

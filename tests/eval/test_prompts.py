@@ -211,7 +211,7 @@ def test_python_m_eval_reads_a_named_column_of_turns_and_reports_per_category(tm
     ]
     settings = ["eval.num_prompts=5", "eval.warmup_prompts=0", "eval.max_new_tokens=6", "eval.gamma_sweep=[]"]
     code, _, err = run_app("eval", [*args, *settings])
-    assert code == 2 and "bench.jsonl:1: no 'messages', 'conversations' (ShareGPT), 'turns' or 'prompt' field" in err
+    assert code == 2 and "bench.jsonl:1: no 'messages', 'conversations' (ShareGPT), 'turns', 'prompt' or 'text'" in err
     assert "or set prompts_column" in err
     code, _, err = run_app("eval", [*args, *settings, "prompts_column=dialogue"])
     assert code == 0, err[-2000:]

@@ -109,3 +109,23 @@ def test_hard_labels_on_greedy_answers_are_the_top_1_soft_targets(tmp_path, targ
     torch.testing.assert_close(hard, top1, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(loss(top_k=V), soft, rtol=1e-6, atol=1e-6)
     assert abs(float(loss(top_k=2)) - float(soft)) > 1e-3 and abs(float(loss(top_k=2)) - float(hard)) > 1e-3
+
+
+def test_the_whole_vocabularys_argmax_is_made_a_chunk_of_positions_at_a_time(target, monkeypatch):
+    """A 262k-vocabulary target's logits for a whole batch are gigabytes: the argmax the loss reads is the same made
+    LOGITS_CHUNK positions at a time, and no call of the lm_head sees more."""
+    import torch
+
+    import train.setups.base as base
+
+    monkeypatch.setattr(base, "LOGITS_CHUNK", 7)
+    hidden = torch.randn(30, target.config.hidden_size)
+    lm_head = target.get_output_embeddings()
+    widest = []
+    hook = lm_head.register_forward_pre_hook(lambda module, args: widest.append(args[0].shape[0]))
+    try:
+        chunked = base.stored_argmax(target, hidden)
+    finally:
+        hook.remove()
+    assert torch.equal(chunked, lm_head(hidden).argmax(-1)) and max(widest) == 7 and len(widest) == 5
+    assert base.stored_argmax(target, hidden[:0]).shape == (0,)

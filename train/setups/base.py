@@ -102,6 +102,11 @@ class TrainingSetup:
     on_policy_rollouts: tuple[str, ...] = ("chains",)  # trainer.on_policy_rollout values it implements
     # why the family needs the whole target in every process (trainer.target_sharding is refused), or None
     whole_target_only: Optional[str] = None
+    # planner: (run cfg, tokens in a step) → positions whose whole-vocabulary target logits exist at once
+    whole_logits: Callable[[Any, int], int] = lambda cfg, tokens: tokens
+    # drafter cfg → {setting: distilled samples it holds out of training} (hold_out): checked against the most
+    # samples distilling can give before it runs (train/stages/preflight.py)
+    held_out: Callable[[Any], dict[str, int]] = lambda drafter_cfg: {}
 
 
 def hold_out(dataset, count: int, batch_size: int, key: str):
@@ -243,6 +248,21 @@ def sample_anchors(candidates: torch.Tensor, count: int, generator=None) -> tupl
     score = torch.rand(candidates.shape, device=candidates.device, generator=generator)
     top = score.masked_fill(~candidates, -1.0).topk(count, dim=1)
     return top.indices, top.values >= 0
+
+
+LOGITS_CHUNK = 1024  # positions whose whole-vocabulary logits exist at once: 1 GiB in fp32 at a 262k vocabulary
+
+
+@torch.no_grad()
+def stored_argmax(target: torch.nn.Module, last_hidden: torch.Tensor) -> torch.Tensor:
+    """The target's argmax over its whole vocabulary at each stored lm_head input (N, H) → (N,), its logits made
+    LOGITS_CHUNK positions at a time: a whole batch's at once is B·T·V floats (6.7 GB for 16 × 400 tokens of a
+    262k-vocabulary target, Gemma 3's). The lm_head is gathered once, also for N = 0 (a sharded target's
+    processes gather it together)."""
+    lm_head = target.get_output_embeddings()
+    with whole_embeddings(target):
+        parts = [lm_head(chunk.to(lm_head.weight.dtype)).argmax(-1) for chunk in last_hidden.split(LOGITS_CHUNK)]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long, device=last_hidden.device)
 
 
 @torch.no_grad()

@@ -15,6 +15,7 @@ from train.checkpoint import best_weights
 from train.losses import acceptance_length_loss, acceptance_rate, chain_accepted_length
 from train.on_policy import OnPolicy, branch_block, score_branches
 from train.setups.base import (
+    LOGITS_CHUNK,
     Prepared,
     TrainContext,
     TrainingSetup,
@@ -23,6 +24,7 @@ from train.setups.base import (
     logits_bytes,
     offline_features,
     on_policy,
+    stored_argmax,
     stored_logits,
 )
 from train.sharded_target import whole_embeddings
@@ -102,7 +104,7 @@ class Eagle3TrainingTimeTest:
         new = [i for i, r in enumerate(rows) if r not in self._argmax]
         # in every step, even with no new row: a sharded target gathers its lm_head in each call, collectively
         top = torch.zeros(len(new), read.shape[1], dtype=torch.long, device=read.device)
-        top[read[new]] = stored_logits(self.target, last_hidden[new][read[new]]).argmax(-1)
+        top[read[new]] = stored_argmax(self.target, last_hidden[new][read[new]])
         self._argmax.update({rows[i]: top[k].cpu() for k, i in enumerate(new)})
         width = input_ids.shape[1]
         top = torch.stack([F.pad(self._argmax[r][:width], (0, width - min(width, len(self._argmax[r])))) for r in rows])
@@ -249,4 +251,10 @@ SETUP = TrainingSetup(
     losses=("fkl", "ce", "al"),
     top_k_targets=True,
     off_policy_only=None,
+    held_out=lambda d: {"drafter.select_samples": d.select_samples},
+    # stored features with fkl or ce: the whole vocabulary's logits only for the argmax, LOGITS_CHUNK positions at a
+    # time (_target_view); online features or loss al: the target's forward makes them for the whole batch
+    whole_logits=lambda cfg, tokens: (
+        tokens if cfg.drafter.features == "online" or cfg.trainer.loss == "al" else min(tokens, LOGITS_CHUNK)
+    ),
 )

@@ -206,6 +206,7 @@ def _activations_layer_skip(cfg, *, tokens, hidden, layer, vocab, act_bytes, tar
 
 SETUP = TrainingSetup(
     prepare=_prepare_layer_skip,
+    held_out=lambda d: {"drafter.search_samples": d.search_samples},
     meta_drafter=_meta_layer_skip,
     activations=_activations_layer_skip,
     finish=_finish_layer_skip,

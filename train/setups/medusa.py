@@ -161,6 +161,7 @@ def _activations_medusa(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_
 
 SETUP = TrainingSetup(
     prepare=_prepare_medusa,
+    held_out=lambda d: {"drafter.holdout_samples": d.holdout_samples},
     meta_drafter=lambda cfg, target, config: MedusaHeads.from_target(cfg.drafter, target),
     activations=_activations_medusa,
     finish=_finish_medusa,

@@ -168,6 +168,7 @@ def _activations_peagle(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_
 
 SETUP = TrainingSetup(
     prepare=_prepare_peagle,
+    held_out=lambda d: {"drafter.select_samples": d.select_samples},
     meta_drafter=_meta_peagle,
     activations=_activations_peagle,
     finish=_finish_peagle,

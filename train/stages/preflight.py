@@ -47,7 +47,6 @@ def check_run(cfg: RunConfig) -> None:
     if family.trainable:
         _check_training(training_setup(family.kind), family.kind, cfg.trainer)
         _check_features(cfg)
-        _check_memory(cfg)
     check_eval_settings(family.kind, cfg.drafter, cfg.eval)
     if "eval" in cfg.stages or cfg.bakeoff.recipes:
         check_eval_source(cfg)
@@ -81,6 +80,9 @@ def check_run(cfg: RunConfig) -> None:
     for engine in cfg.publish.engines:
         if family.not_served(engine):
             raise PipelineError(f"publish.engines has {engine}: {family.not_served(engine)}; leave it out")
+    if family.trainable:  # what the data must hold and the machine fit, once every setting is known good
+        _check_sample_counts(cfg, training_setup(family.kind))
+        _check_memory(cfg)
 
 
 PRECISIONS = ("auto", "native", "no", "bf16", "fp16")
@@ -124,6 +126,31 @@ def _check_files(cfg: RunConfig) -> None:
     for key, value in (("data.prompts", cfg.data.prompts), ("eval_prompts", cfg.eval_prompts)):
         if value and value.endswith(FILE_SUFFIXES) and not Path(value).exists():
             raise PipelineError(f"{key}={value} does not exist; give the path of a prompts file")
+
+
+def _check_sample_counts(cfg: RunConfig, setup) -> None:
+    """Settings that hold distilled samples out of training, and the batch, against the most samples distilling
+    can give (distill/sample_bound.py): refused before the target answers anything, not after (a bound: a run
+    refused here could not have trained)."""
+    from distill.sample_bound import most_samples
+
+    if not {"distill", "train"} <= set(cfg.stages) or (most := most_samples(cfg.data)) is None:
+        return
+    batch = cfg.trainer.batch_size
+    caps = f"data.max_prompts={cfg.data.max_prompts}" + "".join(
+        f", data.mix[{i}].max_prompts={m.max_prompts}" for i, m in enumerate(cfg.data.mix)
+    )
+    for key, count in setup.held_out(cfg.drafter).items():
+        if count and count + batch > most:
+            raise PipelineError(
+                f"{key}={count} must leave ≥ trainer.batch_size={batch} samples for training, and distilling "
+                f"gives at most {most} ({caps}); lower {key} or trainer.batch_size, or raise the prompts"
+            )
+    if most < batch:
+        raise PipelineError(
+            f"trainer.batch_size={batch} is more than the {most} samples distilling gives at most ({caps}); lower "
+            "it or raise the prompts"
+        )
 
 
 def _check_memory(cfg: RunConfig) -> None:
@@ -231,8 +258,10 @@ def _check_tokenizer(cfg: RunConfig, text_config) -> None:
 
     target = resolve_built_target(cfg.target)
     if target is None or not Path(target).is_dir():
+        _check_token_roles(cfg, _declared_roles(cfg))  # a GGUF's header names its special ids
         return  # a Hub id not downloaded yet (the distill stage loads and checks it), or a toy world to build
     tokenizer = load_tokenizer(cfg.target)
+    _check_token_roles(cfg, _token_roles(tokenizer, eos_token_ids_of(cfg.target, tokenizer)))
     if not {i for i in eos_token_ids_of(cfg.target, tokenizer) if i is not None}:
         raise PipelineError(
             f"target {cfg.target.name_or_path} names no end-of-sequence token (no eos_token in its tokenizer, no "
@@ -250,6 +279,56 @@ def _check_tokenizer(cfg: RunConfig, text_config) -> None:
             f"drafter.init={cfg.drafter.init} has another vocabulary than target {cfg.target.name_or_path}: its drafts "
             "would mean other text; pick a drafter model with the target's tokenizer (a smaller model of its family)"
         )
+
+
+# drafter settings that give a token id a role (the id a mask or PARD slot is fed), whichever family has them
+TOKEN_ID_SETTINGS = ("mask_token_id", "pard_token")
+REFUSED_ROLES = ("bos", "eos", "eot", "eom", "chat template marker")  # ids the target reads or writes in real text
+
+
+def _token_roles(tokenizer, eos_ids) -> dict[int, str]:
+    """The target's ids that have a role: start, end (every id that ends an answer), pad, unknown, and the special
+    tokens its chat template writes (<|im_start|>, <start_of_turn>)."""
+    roles = {}
+    for token in tokenizer.all_special_tokens + [t.content for t in tokenizer.added_tokens_decoder.values()]:
+        if tokenizer.chat_template and token in tokenizer.chat_template:
+            roles[tokenizer.convert_tokens_to_ids(token)] = "chat template marker"
+    for role, token_id in (("pad", tokenizer.pad_token_id), ("unknown", tokenizer.unk_token_id)):
+        if token_id is not None:
+            roles[token_id] = role
+    roles |= {i: "eos" for i in eos_ids if i is not None}
+    if tokenizer.bos_token_id is not None:
+        roles[tokenizer.bos_token_id] = "bos"
+    return roles
+
+
+def _declared_roles(cfg: RunConfig) -> dict[int, str]:
+    """The ids a target not loaded yet declares a role for (a GGUF's header); {} where only loading would tell."""
+    from distill.targets import declared_tokenizer
+
+    if all(getattr(cfg.drafter, key, None) is None for key in TOKEN_ID_SETTINGS):
+        return {}
+    declared = declared_tokenizer(cfg.target) or {}
+    return {token_id: role for role, token_id in declared.get("special_ids", {}).items()}
+
+
+def _check_token_roles(cfg: RunConfig, roles: dict[int, str]) -> None:
+    """A token-id setting that names one of the target's role ids: refused where the target reads or writes it in
+    real text (a drafter fed it as a mask would take it for the token itself); said once, and allowed, for pad and
+    unknown, which real text never holds."""
+    for key in TOKEN_ID_SETTINGS:
+        token_id = getattr(cfg.drafter, key, None)
+        role = roles.get(token_id) if token_id is not None else None
+        if role in REFUSED_ROLES:
+            raise PipelineError(
+                f"drafter.{key}={token_id} is the target's {role} token, which real text holds: the drafter could not "
+                f"tell a mask slot from it; leave drafter.{key} unset (an id the data never holds is picked) or give "
+                "an unused one"
+            )
+        if role is not None:
+            print(
+                f"[preflight] drafter.{key}={token_id} is the target's {role} token: allowed (real text never holds it)"
+            )
 
 
 def _check_training(setup, kind: str, trainer) -> None:
