@@ -11,6 +11,9 @@ recompute): `rollback(n)` keeps each row's first n valid slots; `keep_last(kept)
 nodes of the last fed block to its front, in order, and drops the rest; columns invalid in every
 row are cropped off the end. With one row and a chain every rollback is a crop, the cache stays
 dense and the model runs its own causal-mask path (no mask tensors at all).
+
+Sliding-window layers (Gemma 2/3, Mistral) keep every token here too; past the window a block's mask hides from
+each node the keys `window` or more positions before its own, per layer kind (`layer_masks`).
 """
 
 from __future__ import annotations
@@ -64,22 +67,41 @@ def block_attention(
     return mask[:, None], position_ids
 
 
-def _check_full_attention(model, length: int) -> None:
-    """Slot surgery and our 4D masks assume every layer attends to every earlier token. A sliding-window layer
-    (Gemma-2, Mistral v0.1) does, while the sequence fits its window: sequences up to `sliding_window` are exact."""
-    kinds = set(getattr(model.config, "layer_types", None) or ["full_attention"])
+def within_window(mask: torch.Tensor, cached_valid: torch.Tensor, position_ids: torch.Tensor, window: int):
+    """block_attention's mask (B, 1, m, S + m) for a sliding-window layer: each node also loses every key `window`
+    or more positions before its own (Gemma's, Mistral's rule: a query sees the last `window` tokens, itself
+    included). Cached slots sit at their valid rank; block nodes at their position ids."""
+    cached_positions = cached_valid.cumsum(1) - 1  # (B, S): an invalid slot is masked already
+    keys = torch.cat([cached_positions, position_ids], dim=1)  # (B, S + m)
+    far = position_ids[:, :, None] - keys[:, None, :] >= window  # (B, m, S + m)
+    return mask.masked_fill(far[:, None], torch.finfo(mask.dtype).min)
+
+
+def sliding_window(model) -> Optional[int]:
+    """The window of the model's sliding-window layers (Gemma 2/3, Mistral, Qwen2 with use_sliding_window), None
+    where every layer attends to every earlier token; EvalError for a layer kind the engine does not model."""
+    config = model.config.get_text_config()
+    kinds = set(getattr(config, "layer_types", None) or [])
+    if not kinds and getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        kinds = {"sliding_attention"}  # Mistral: every layer slides, no layer_types
     other = kinds - {"full_attention", "sliding_attention"}
     if other:
         raise EvalError(
-            f"{model.config.model_type} layers of type {sorted(other)} are not supported; "
+            f"{config.model_type} layers of type {sorted(other)} are not supported; "
             "the engine needs full (or sliding-window) attention in every layer"
         )
-    window = getattr(model.config, "sliding_window", None)
-    if "sliding_attention" in kinds and (window is None or length > window):
-        raise EvalError(
-            f"{model.config.model_type}'s sliding-window layers see the last {window} tokens, and eval reached "
-            f"{length}: the engine is exact only within the window; lower eval.max_new_tokens or use shorter prompts"
-        )
+    return config.sliding_window if "sliding_attention" in kinds else None
+
+
+def layer_masks(model, mask, cached_valid, position_ids, window: Optional[int]):
+    """The attention_mask argument for a block: the 4D mask, or where sliding-window layers are past their window,
+    the mask per layer kind ({"full_attention": …, "sliding_attention": …}, as Gemma and Qwen take it; a model
+    whose every layer slides takes the sliding mask alone)."""
+    if window is None or cached_valid.shape[1] + position_ids.shape[1] <= window:
+        return mask
+    sliding = within_window(mask, cached_valid, position_ids, window)
+    kinds = set(getattr(model.config.get_text_config(), "layer_types", None) or ["sliding_attention"])
+    return sliding if kinds == {"sliding_attention"} else {"full_attention": mask, "sliding_attention": sliding}
 
 
 def keep_first(kept: list[list[int]], width: int, device) -> torch.Tensor:
@@ -136,9 +158,10 @@ class SlotCache:
             the model output; logits (B, m, V) follow each node's own path.
         """
         batch, m = input_ids.shape
-        _check_full_attention(model, self.valid.shape[1] + m)
+        window = sliding_window(model)
         if self.dense and parents is None and input_valid is None:
-            # Every slot valid and a plain chain: the model's own causal path is exact.
+            # Every slot valid and a plain chain: the model's own causal path is exact (its sliding-window masks
+            # too: every layer of this cache keeps every token, and the window is applied by position).
             out = model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, **kwargs)
             self.valid = torch.cat([self.valid, torch.ones_like(input_ids, dtype=torch.bool)], dim=1)
             return out
@@ -149,7 +172,7 @@ class SlotCache:
         mask, position_ids = block_attention(self.valid, parents, input_valid, next(model.parameters()).dtype)
         out = model(
             input_ids=input_ids,
-            attention_mask=mask,
+            attention_mask=layer_masks(model, mask, self.valid, position_ids, window),
             position_ids=position_ids,
             past_key_values=self.cache,
             use_cache=True,

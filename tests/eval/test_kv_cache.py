@@ -123,7 +123,8 @@ def test_truncate_crops_to_length(target):
     assert cache.get_seq_length() == 5
 
 
-def test_sequences_past_a_sliding_window_are_refused(tmp_path_factory):
+def _all_sliding_qwen2(window: int):
+    torch.manual_seed(0)
     cfg = Qwen2Config(
         vocab_size=300,
         hidden_size=64,
@@ -132,33 +133,44 @@ def test_sequences_past_a_sliding_window_are_refused(tmp_path_factory):
         num_attention_heads=2,
         num_key_value_heads=1,
         use_sliding_window=True,
-        sliding_window=4,
+        sliding_window=window,
         max_window_layers=0,
     )
-    model = Qwen2ForCausalLM(cfg).eval()
-    from eval.errors import EvalError
-
-    with pytest.raises(EvalError, match="sliding-window layers see the last 4 tokens, and eval reached 6"):
-        SlotCache(1, torch.device("cpu")).forward(model, torch.randint(0, 300, (1, 6)))
+    return Qwen2ForCausalLM(cfg).eval()
 
 
-def test_sliding_window_layers_are_exact_within_their_window_and_refused_past_it(standin):
-    """Gemma-2 alternates sliding-window and global layers: within the window both see every earlier token, so the
-    slot cache's masks are exact there (the logits equal a plain forward); past it, one clear error."""
-    from transformers import AutoModelForCausalLM
-
-    from eval.errors import EvalError
-    from eval.kv_cache import SlotCache
-
-    model = AutoModelForCausalLM.from_pretrained(standin("gemma").path).eval()
-    assert "sliding_attention" in model.config.layer_types
-    ids = torch.randint(10, 200, (1, 12), generator=torch.Generator().manual_seed(0))
+def test_a_model_whose_every_layer_slides_is_exact_past_its_window():
+    """Qwen2 with use_sliding_window (every layer sees its last 4 tokens): chains, ragged rows and trees past the
+    window equal a plain forward, which masks by position as the model was trained."""
+    model = _all_sliding_qwen2(window=4)
+    ids = torch.randint(0, 300, (1, 14), generator=torch.Generator().manual_seed(1))
     cache = SlotCache(1, torch.device("cpu"))
     with torch.no_grad():
-        cache.forward(model, ids[:, :8])
-        tree = cache.forward(model, ids[:, 8:], input_valid=torch.tensor([[True, True, False, True]]))
-        whole = model(ids[:, [*range(10), 11]]).logits
-    torch.testing.assert_close(tree.logits[0, [0, 1, 3]], whole[0, 8:])
-    model.config.sliding_window = 14
-    with pytest.raises(EvalError, match="sliding-window layers see the last 14 tokens, and eval reached 16"):
-        cache.forward(model, ids[:, :4])
+        cache.forward(model, ids[:, :9])  # the model's own path, past the window
+        block = cache.forward(model, ids[:, 9:13], input_valid=torch.tensor([[True, True, False, True]]))
+        whole = model(ids[:, [*range(11), 12]]).logits
+    torch.testing.assert_close(block.logits[0, [0, 1, 3]], whole[0, 9:], rtol=1e-4, atol=1e-4)
+    rows = [ids[0, :10], ids[0, 2:9]]
+    batch = SlotCache(2, torch.device("cpu"))
+    with torch.no_grad():
+        batch.feed(model, [r.tolist() for r in rows])
+        _assert_rows_equal_fresh(model, batch, rows)
+
+
+def test_sliding_window_layers_beside_global_ones_are_exact_past_the_window(standin):
+    """Gemma-2 alternates sliding-window and global layers: past the window each kind gets its own mask, and a tree
+    block with a padded node equals a plain forward."""
+    from transformers import AutoConfig
+
+    path = standin("gemma").path
+    config = AutoConfig.from_pretrained(path)
+    config.sliding_window = 6
+    model = AutoModelForCausalLM.from_pretrained(path, config=config).eval()
+    assert {"sliding_attention", "full_attention"} <= set(model.config.layer_types)
+    ids = torch.randint(10, 200, (1, 16), generator=torch.Generator().manual_seed(0))
+    cache = SlotCache(1, torch.device("cpu"))
+    with torch.no_grad():
+        cache.forward(model, ids[:, :10])
+        tree = cache.forward(model, ids[:, 10:14], input_valid=torch.tensor([[True, True, False, True]]))
+        whole = model(ids[:, [*range(12), 13]]).logits
+    torch.testing.assert_close(tree.logits[0, [0, 1, 3]], whole[0, 10:], rtol=1e-4, atol=1e-4)
