@@ -20,20 +20,22 @@ import http.client
 import json
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 import urllib.request
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
 from eval.config import EvalConfig
 from eval.errors import EvalError
 from eval.serving.base import ours_section, served_figures, served_speed, verdict
-from eval.serving.process import http_get, running_server
+from eval.serving.process import ServerExited, http_get, running_server
 from heads.families import family_of_export
 from heads.formats import llamacpp
 from heads.formats.fingerprint import served_files_hash
@@ -41,6 +43,7 @@ from heads.formats.fingerprint import served_files_hash
 ENGINE = llamacpp.ENGINE
 NEAR_TIE = 0.01  # logit gap below which a greedy pick may flip with the order of float additions
 START_TIMEOUT_S = 300
+NO_REPACK = "--no-repack"  # llama-server: the weights as stored, not repacked into the CPU's interleaved layouts
 PER_POSITION = r'^llamacpp:spec_decode_num_accepted_tokens_per_pos_total\{position="(\d+)"\} (\S+)$'
 
 
@@ -61,13 +64,33 @@ def _healthy(url: str) -> bool:
 
 @contextmanager
 def llama_server(model: Path, args: list[str], *, context: int, log: Path) -> Iterator[str]:
-    """A running llama-server for `model` (its base URL), stopped on leaving the block whatever happens."""
+    """A running llama-server for `model` (its base URL), stopped on leaving the block whatever happens.
 
-    def argv(port: int) -> list[str]:
-        out = [str(llamacpp.tool("llama-server")), "-m", str(model), *args, "--host", "127.0.0.1", "--port", str(port)]
-        return out + ["-c", str(context), "-np", "1", "--metrics", "--no-webui", "--seed", "0"]
+    One killed by SIGILL or SIGSEGV while starting is started again with `--no-repack`: repacking K-quant and Q5_0
+    weights into this CPU's interleaved layouts dies so on the AMX machine with the pinned build (Gemma 3 files, the
+    real one too; SIGILL mostly, SIGSEGV at times). The weights as stored run other kernels; the served check
+    judges their outputs as it judges any: against the target's greedy output, near-ties against llama-server
+    without the drafter."""
 
-    with running_server(argv, name="llama-server", healthy=_healthy, log=log, timeout_s=START_TIMEOUT_S) as url:
+    def argv(extra: list[str]) -> Callable[[int], list[str]]:
+        server = [str(llamacpp.tool("llama-server")), "-m", str(model), *args, *extra, "--host", "127.0.0.1"]
+        rest = ["-c", str(context), "-np", "1", "--metrics", "--no-webui", "--seed", "0"]
+        return lambda port: [*server, "--port", str(port), *rest]
+
+    with ExitStack() as stack:
+        start = partial(running_server, name="llama-server", healthy=_healthy, log=log, timeout_s=START_TIMEOUT_S)
+        try:
+            url = stack.enter_context(start(argv([])))
+        except ServerExited as e:
+            if e.returncode not in (-signal.SIGILL, -signal.SIGSEGV):
+                raise
+            print(
+                f"[llamacpp] llama-server was killed by {signal.Signals(-e.returncode).name} while starting ({log}); "
+                "started again "
+                f"with {NO_REPACK} (the weights as stored, not repacked for this CPU)",
+                flush=True,
+            )
+            url = stack.enter_context(start(argv([NO_REPACK])))
         yield url
 
 

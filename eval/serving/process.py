@@ -110,12 +110,22 @@ def _launched(argv, *, name: str, log: Path, env: dict | None) -> tuple[subproce
     return proc, f"http://127.0.0.1:{port}"
 
 
+class ServerExited(EvalError):
+    """A server that exited while starting; `returncode` < 0 names the signal that killed it."""
+
+    def __init__(self, message: str, returncode: int):
+        super().__init__(message)
+        self.returncode = returncode
+
+
 def _wait_ready(proc: subprocess.Popen, url: str, deadline: float, server: dict) -> None:
     name, log = server["name"], server["log"]
     while True:
         if proc.poll() is not None:
             tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
-            raise EvalError(f"{name} exited ({proc.returncode}) while starting: {tail} (log: {log})")
+            raise ServerExited(
+                f"{name} exited ({proc.returncode}) while starting: {tail} (log: {log})", proc.returncode
+            )
         try:
             if server["healthy"](url):
                 return

@@ -450,3 +450,37 @@ def test_a_draft_cut_that_is_no_probability_or_doubles_the_adaptive_length_is_re
     with pytest.raises(EvalError, match=r"eval.llamacpp.draft_p_min=.*: give a probability in \[0, 1\) \(0: always"):
         check_settings(cfg)
     check_settings(replace(CFG, llamacpp=LlamaCppServeConfig(draft_p_min=0.5)))
+
+
+def test_a_server_killed_while_repacking_its_weights_is_started_again_without_repacking(tmp_path, monkeypatch, capsys):
+    """The pinned llama-server dies of SIGILL (at times SIGSEGV) repacking Gemma 3's K-quants on the AMX machine:
+    the served check starts it again with --no-repack, says so, and a server that dies otherwise stays an error."""
+    import signal
+    import sys
+
+    from eval.errors import EvalError
+    from eval.serving.llamacpp import NO_REPACK, llama_server
+
+    fake = tmp_path / "llama-server"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import http.server, json, os, signal, sys\n"
+        f"if '{NO_REPACK}' not in sys.argv:\n"
+        "    os.kill(os.getpid(), int(os.environ['FAKE_SIGNAL']))\n"
+        "port = int(sys.argv[sys.argv.index('--port') + 1])\n"
+        "class Health(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200); self.end_headers(); self.wfile.write(json.dumps({'status': 'ok'}).encode())\n"
+        "http.server.HTTPServer(('127.0.0.1', port), Health).serve_forever()\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("DRAFTHUB_LLAMA_SERVER", str(fake))
+    for killed in (signal.SIGILL, signal.SIGSEGV):
+        monkeypatch.setenv("FAKE_SIGNAL", str(int(killed)))
+        with llama_server(tmp_path / "m.gguf", [], context=64, log=tmp_path / "server.log") as url:
+            assert url.startswith("http://127.0.0.1:")
+        assert f"killed by {killed.name} while starting" in capsys.readouterr().out
+    monkeypatch.setenv("FAKE_SIGNAL", str(int(signal.SIGTERM)))
+    with pytest.raises(EvalError, match=r"llama-server exited \(-15\) while starting"):
+        with llama_server(tmp_path / "m.gguf", [], context=64, log=tmp_path / "server.log"):
+            pass
