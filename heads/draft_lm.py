@@ -109,10 +109,11 @@ def check_vocab(init: str, model_vocab_size: int, target_tokenizer, revision=Non
     """Raise unless the draft at `init` shares the target's tokenizer vocabulary."""
     try:
         draft_tok = AutoTokenizer.from_pretrained(init, revision=revision, trust_remote_code=trust_remote_code)
-    except OSError:
-        raise HeadsError(
-            f"drafter.init={init!r} has no tokenizer; the draft must ship the target's tokenizer"
-        ) from None
+    except (OSError, ValueError) as e:  # no tokenizer files (OSError), or none transformers can build (ValueError)
+        files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+        absent = isinstance(e, OSError) or (Path(init).is_dir() and not any((Path(init) / f).exists() for f in files))
+        what = "no tokenizer" if absent else f"no tokenizer that loads ({str(e).splitlines()[0]})"
+        raise HeadsError(f"drafter.init={init!r} has {what}; the draft must ship the target's tokenizer") from None
     if draft_tok.get_vocab() != target_tokenizer.get_vocab():
         raise HeadsError(
             f"vocabulary mismatch: drafter.init={init!r} has {len(draft_tok)} tokens, the target "

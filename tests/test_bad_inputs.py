@@ -20,6 +20,7 @@ from heads.config import DSparkConfig
 from heads.dspark import DSparkDrafter
 from tests.cli_runs import run_app, run_push
 from tests.exporting import export
+from tests.gemma_gguf import write_gemma3_gguf
 from tests.gguf_files import write_gguf
 
 USER = {"messages": [{"role": "user", "content": "def add(a, b):"}]}
@@ -59,6 +60,7 @@ def files(tmp_path_factory, micro_world, weak_draft, target):
     (medusa / "config.json").write_text(json.dumps({"medusa_num_heads": 4, "medusa_num_layers": 1}))
     (root / "plain-dir").mkdir()
     write_gguf(micro_world.target_dir, root / "base.gguf", chat_template=False)  # a base model's GGUF
+    write_gemma3_gguf(root / "gemma3.gguf")  # a Gemma-3-style target (tests/gemma_gguf.py)
     weak_draft.save_pretrained(root / "real-draft")
     weak_draft.save_pretrained(root / "edited-vocab")  # its config.json's vocab_size edited by hand
     config = json.loads((root / "edited-vocab" / "config.json").read_text())
@@ -142,6 +144,60 @@ CASES = [
         "drafter.pard_token=1 is the target's eos token",
     ),
     ("missing template file", "train", [*TRAIN, "target.chat_template={t}/chat.jinja"], "chat.jinja: no such file"),
+    (
+        "eval of a trainable drafter in a run that does not train it",
+        "train",
+        [*TRAIN[:2], "stages=[distill,eval]"],
+        "no trained drafter in",
+    ),
+    ("training without distilled data", "train", [*TRAIN[:2], "stages=[train]"], "no distilled data in"),
+    ("publishing without an eval report", "train", [*TRAIN[:2], "stages=[publish]"], "no eval report; run the eval"),
+    (
+        "a publish bar no chain can reach",
+        "train",
+        [*TRAIN[:2], "stages=[distill,train,eval,publish]", "publish.min_tau=9", "eval.num_speculative_tokens=4"],
+        "publish.min_tau=9.0 is more than the τ of 5 that a chain of eval.num_speculative_tokens=4 can reach",
+    ),
+    (
+        "eval prompts the drafter is trained on",
+        "train",
+        [*TRAIN[:2], "stages=[distill,train,eval]", "data.prompts={f}/ok.jsonl", "eval_prompts={f}/ok.jsonl"],
+        "/ok.jsonl measures ok.jsonl, which data.prompts=",
+    ),
+    (
+        "eval prompts sharing a benchmark with the training prompts",
+        "train",
+        [*TRAIN[:2], "stages=[distill,train,eval]", "data.prompts=humaneval", "eval_prompts=mt_bench+humaneval"],
+        "eval_prompts=mt_bench+humaneval measures humaneval, which data.prompts=humaneval trains the drafter on",
+    ),
+    (
+        "a draft LM init without its tokenizer",
+        "train",
+        [*TRAIN[:2], "stages=[distill,train]", "drafter.init={f}/real-draft"],
+        "real-draft' has no tokenizer; the draft must ship the target's tokenizer",
+    ),
+    (
+        "target features from vLLM where vLLM is not installed",
+        "train",
+        ["recipe=toy_eagle", "target=micro", "drafter.layer_ids=[0,1,2]", "stages=[distill,train]"]
+        + ["drafter.features=vllm"],
+        "drafter.features=vllm needs vLLM; pip install",
+    ),
+    (
+        "an EAGLE-3 drafter for llama.cpp beside a target whose graph hands it no features",
+        "train",
+        ["recipe=toy_eagle", "target=hf", "target.name_or_path={f}/gemma3.gguf", "drafter.layer_ids=[1,3,5]"]
+        + ["stages=[distill,train]", "publish.engines=[llamacpp]"],
+        "llama.cpp cannot serve this drafter: its target (gemma3_text) hands llama.cpp's feature drafters none of its "
+        "layer inputs",
+    ),
+    (
+        "a bake-off contender with a batch beyond what distilling can give",
+        "train",
+        ["recipe=toy_bakeoff", "target=micro", "bakeoff.recipes=[toy]", "bakeoff.workloads={{}}", "bakeoff.serve=off"]
+        + ["data.prompts=stdlib_code", "data.max_prompts=4", "data.holdout=0", "eval_prompts=humaneval"],
+        "bake-off contender toy: trainer.batch_size=16 is more than the 4 samples distilling gives at most",
+    ),
     (
         "a plan beyond this machine's memory",
         "train",
@@ -339,6 +395,46 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(
     completion = {"manifest.json", "train_summary.json", "eval_report.json", "index.json", "published.json"}
     assert not [p for p in left if p.name in completion], (case, left)
     assert not list(tmp_path.glob("runs")), case
+
+
+# (case, the environment `accelerate launch` would give, arguments, expected text): what the launch decides
+LAUNCH_CASES = [
+    (
+        "a global batch that does not split over the launched processes",
+        {"WORLD_SIZE": "3"},
+        [*TRAIN[:2], "stages=[distill,train]", "trainer.batch_size=16"],
+        "trainer.batch_size=16 is the global batch and must split evenly over 3 processes",
+    ),
+    (
+        "a sharded target with one process",
+        {},
+        [*TRAIN[:2], "stages=[distill,train]", "trainer.target_sharding=fsdp"],
+        "trainer.target_sharding=fsdp shards the target over processes, but 1 was launched",
+    ),
+    (
+        "a sharded target beside a layer-skip drafter",
+        {"WORLD_SIZE": "2", "ACCELERATE_USE_FSDP": "true"},
+        ["recipe=toy_layer_skip", "target=micro", "stages=[distill,train]", "trainer.batch_size=2"],
+        "trainer.target_sharding=fsdp: layer_skip cannot train beside a sharded target",
+    ),
+    (
+        "a ZeRO-3 target without DeepSpeed",
+        {"WORLD_SIZE": "2"},
+        [*TRAIN[:2], "stages=[distill,train]", "trainer.target_sharding=zero3"],
+        "trainer.target_sharding=zero3 needs DeepSpeed",
+    ),
+]
+
+
+@pytest.mark.parametrize("case,env,args,expected", LAUNCH_CASES, ids=[c[0] for c in LAUNCH_CASES])
+def test_what_the_launch_decides_is_refused_before_distilling(case, env, args, expected, tmp_path, monkeypatch):
+    for key in ("WORLD_SIZE", "ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    code, lines = _app("train", [*args, f"run_dir={tmp_path / 'run'}"], None)
+    assert code == 2 and len(lines) == 1 and expected in lines[0], (case, lines)
+    assert not (tmp_path / "run" / "data" / "manifest.json").exists()
 
 
 def test_bad_input_table_is_broad():

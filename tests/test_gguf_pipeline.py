@@ -83,8 +83,8 @@ def test_a_gemma3_style_gguf_trains_eagle3_and_is_measured_losslessly(tmp_path):
     measured losslessly on decodes past the sliding window. The drafter's input embedding is the
     target's embedding rows as vLLM shares them with an EAGLE-3 drafter (unscaled: Gemma's √hidden is applied in
     the target's forward, which the drafter never runs). Where llama.cpp is built (CI), the same file serves as
-    llama.cpp's target for a retrieval drafter (recipes/gguf_completion.yaml); llama.cpp's EAGLE-3 on a Gemma 3
-    target dies while decoding in the pinned build, so that pair is not served (issue 73's note)."""
+    llama.cpp's target for a retrieval drafter (recipes/gguf_completion.yaml); llama.cpp's EAGLE-3 beside a Gemma 3
+    target is refused up front (its gemma3 graph hands the drafter no layer inputs: tests/test_bad_inputs.py)."""
     from safetensors.torch import load_file
 
     from distill.config import TargetConfig

@@ -3,6 +3,7 @@ drafter's full weights gathered from (or put back into) ZeRO-3/FSDP shards."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from accelerate.utils import (
 
 from distill.device import native_bf16
 from train.config import TrainerConfig
+from train.errors import PipelineError
 
 
 def mixed_precision(setting: str) -> str:
@@ -33,6 +35,29 @@ def mixed_precision(setting: str) -> str:
 def launched_processes() -> int:
     """Processes `accelerate launch` / torchrun started (their WORLD_SIZE); 1 for `python -m train`."""
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def launcher_from_env() -> str:
+    """deepspeed_zero3 | deepspeed | fsdp | other: what `accelerate launch` set up, read from the environment it
+    gives its processes, before any Accelerator exists (preflight); a DeepSpeed config file's own stage counts."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        return "fsdp"
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true":
+        return "other"
+    stage = os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE")
+    config_file = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")
+    if config_file != "none" and Path(config_file).is_file():
+        stage = json.loads(Path(config_file).read_text()).get("zero_optimization", {}).get("stage", stage)
+    return "deepspeed_zero3" if str(stage) == "3" else "deepspeed"
+
+
+def check_batch_split(batch_size: int, processes: int) -> None:
+    """The global batch splits evenly over the launched processes, or the run is refused."""
+    if batch_size % processes:
+        raise PipelineError(
+            f"trainer.batch_size={batch_size} is the global batch and must split evenly over {processes} "
+            f"processes; make it a multiple of {processes}"
+        )
 
 
 def build_accelerator(cfg: TrainerConfig, project_dir: Path) -> Accelerator:

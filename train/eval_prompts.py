@@ -10,6 +10,7 @@ the toy world's heldout split, or the `data.holdout` prompts split off data.prom
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -91,6 +92,7 @@ def check_eval_source(cfg: RunConfig) -> None:
     """Preflight: the eval source exists, has the split, and leaves room for the prompts eval decodes; a local
     eval_prompts file or directory is read, so that a bad row or column fails now rather than after training."""
     src = eval_source(cfg)
+    _check_not_trained_on(cfg)
     if cfg.eval_prompts and Path(cfg.eval_prompts).expanduser().exists():
         eval_conversations(cfg, 0)
     wanted = cfg.eval.num_prompts + cfg.eval.warmup_prompts
@@ -106,6 +108,38 @@ def check_eval_source(cfg: RunConfig) -> None:
             f"{src.source} has splits {splits}, not {src.split!r}; set {key} to one of them"
             + ("" if cfg.eval_split or cfg.eval_prompts else ", or eval_prompts=FILE")
         )
+
+
+def _parts(source: str) -> set[str]:
+    """What a prompt source reads, to compare two: a local file or directory by its real path, a composite of prompt
+    sets (mt_bench+humaneval) by each set, anything else (a dataset id) by its name."""
+    from distill.prompt_sets import is_prompt_set
+
+    if is_prompt_set(source):
+        return set(source.split("+"))
+    path = Path(source).expanduser()
+    return {str(path.resolve())} if path.exists() else {source}
+
+
+def _check_not_trained_on(cfg: RunConfig) -> None:
+    """eval_prompts naming (in part) a source the drafter is trained on, in the same split: refused before any work,
+    where the overlap check would find it only after distilling and training."""
+    from distill.prompt_sets import is_prompt_set
+
+    if not cfg.eval_prompts:
+        return
+    trained = [("data.prompts", cfg.data.prompts, cfg.data.split)]
+    trained += [(f"data.mix[{i}].prompts", m.prompts, m.split) for i, m in enumerate(cfg.data.mix)]
+    measured = _parts(cfg.eval_prompts)
+    for key, source, split in trained:
+        same_split = _is_file(source) or is_prompt_set(source) or cfg.eval_split in (None, split)
+        if source and source != TOYWORLD and same_split and (common := measured & _parts(source)):
+            what = ", ".join(sorted(Path(c).name if os.sep in c else c for c in common))
+            raise PipelineError(
+                f"eval_prompts={cfg.eval_prompts} measures {what}, which {key}={source} trains the drafter on: its "
+                "figures would be on prompts it was trained on; give eval_prompts other prompts, or unset it to "
+                "measure the data.holdout prompts held out of data.prompts"
+            )
 
 
 def local_splits(source: str) -> Optional[list[str]]:

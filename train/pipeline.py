@@ -14,12 +14,14 @@ import json
 import os
 import time
 from contextlib import ExitStack, nullcontext
+from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from distill.chat import template_text
 from distill.config import output_settings
+from distill.errors import DistillError
 from distill.inputs import hub_commit, source_identity
 from distill.lock import exclusive
 from distill.run import config_hash as distill_hash
@@ -27,6 +29,8 @@ from distill.run import distill, model_identity, read_manifest, why_redistil
 from distill.shards import load_distilled
 from distill.target_heads import load_target_heads
 from eval.config import EvalConfig
+from eval.errors import EvalError
+from heads.errors import HeadsError
 from heads.families import get_family
 from heads.formats.staging import atomic_write_text
 from train.config import PublishConfig, RunConfig, TrainerConfig
@@ -35,7 +39,7 @@ from train.setups import training_setup
 from train.setups.base import vllm_store
 from train.stages.continuation import continued_dataset, plan_continuation
 from train.stages.eval import eval_stage, eval_stages, headline
-from train.stages.preflight import check_run
+from train.stages.preflight import check_run, check_stage_inputs
 from train.stages.publish import publish_stage
 from train.stages.run import Run
 from train.stages.run_dir import RunPaths, adopt_dataset, check_ownership, clean_debris, find_dataset, resolve_run_dir
@@ -180,10 +184,28 @@ def run_pipeline(config) -> dict:
         return _run_stages(cfg, cfg_dict, dict_config, paths)
 
 
+def _check_contenders(dict_config: DictConfig, root: Path, serve) -> None:
+    """Every bake-off contender's settings as its run will hold them, with the shared distill its data comes from
+    (the samples it holds out, the memory it needs): refused before distilling, not when its turn comes."""
+    from train.bakeoff import contender_config
+
+    for name in dict_config.bakeoff.recipes:
+        contender = contender_config(name, dict_config, root / name, serve)
+        contender.stages = ["distill", *contender.stages]
+        try:
+            check_run(OmegaConf.to_object(contender))
+        except (DistillError, EvalError, HeadsError, PipelineError) as e:
+            raise type(e)(f"bake-off contender {name}: {e}") from None
+
+
 def _run_stages(cfg: RunConfig, cfg_dict: dict, dict_config: DictConfig, paths: RunPaths) -> dict:
+    device = _device(cfg)
+    hashes = stage_hashes(cfg, cfg_dict)
     if _main_process():
         check_ownership(paths, cfg_dict)  # before anything is written: another run's directory is refused
         clean_debris(paths.root)
+        if not cfg.bakeoff.recipes:  # each contender's run checks its own
+            check_stage_inputs(Run(cfg, cfg_dict, paths, device, hashes["eval"], hashes))
         # The main process alone writes the resolved config (its launched peers hold the same one): a peer's
         # temporary file could otherwise be taken for a killed write's and removed by clean_debris above.
         config_text = OmegaConf.to_yaml(dict_config)
@@ -191,10 +213,10 @@ def _run_stages(cfg: RunConfig, cfg_dict: dict, dict_config: DictConfig, paths: 
             paths.config.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(paths.config, config_text)
     print(f"run directory: {paths.root}")
-    device = _device(cfg)
-    hashes = stage_hashes(cfg, cfg_dict)
     if cfg.bakeoff.recipes:
-        from train.bakeoff import run_bakeoff
+        from train.bakeoff import bakeoff_engine, run_bakeoff
+
+        _check_contenders(dict_config, paths.root, bakeoff_engine(cfg.bakeoff.serve))
 
         # the shared data is distilled by the distill stage itself: its reuse checks (a moved Hub commit) hold
         run = Run(cfg, cfg_dict, paths, device, hashes["distill"], hashes)

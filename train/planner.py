@@ -229,9 +229,15 @@ def plan_run(cfg, plan: PlanConfig | None = None, *, timed: bool = True) -> dict
     embed = config.vocab_size * config.hidden_size
     target_params = sum(p.numel() for p in target.parameters())
     unroll = setup.unroll(cfg.drafter)
-    # target forward (its input embedding is a lookup, not FLOPs) + drafter forward/backward per unrolled step
-    flops_per_token = (0 if from_vllm else 2 * (target_params - embed)) + 6 * unroll * trainable
+    # target forward (its input embedding is a lookup, not FLOPs) + drafter forward/backward per unrolled step; with
+    # stored features the target's body runs once per sample to write the store (vLLM's: in distillation), and
+    # a step runs only its lm_head over the features
+    body = 2 * (target_params - embed)
+    stored = bool(setup.feature_ids) and cfg.drafter.features in ("offline", "vllm")
+    flops_per_token = (2 * embed if stored else body) + 6 * unroll * trainable
     train_seconds = train_tokens * flops_per_token / (n * flops * plan.mfu)
+    if stored and not from_vllm:
+        train_seconds += samples * sample_tokens * body / (n * flops * plan.mfu)
     tp = d.tensor_parallel_size if d.backend == "vllm" else 1
     replicas = max(n // tp, 1) if d.backend == "vllm" else 1
     if device == "cpu":  # a CPU's decoding is bound by its matmuls at these batch sizes, not by memory reads

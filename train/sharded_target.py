@@ -14,6 +14,7 @@ run the same forwards, which the shared training loop guarantees.
 
 from __future__ import annotations
 
+import importlib.util
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -41,6 +42,26 @@ def choose_sharding(setting: str, processes: int, launcher: str) -> str:
             "start several with `accelerate launch --num_processes N`, or set trainer.target_sharding=replicate"
         )
     return setting
+
+
+def checked_sharding(setting: str, processes: int, launcher: str, kind: str, whole_target_only) -> str:
+    """choose_sharding, refusing a sharded target that the family cannot train beside (its setup's
+    whole_target_only says why) or that needs DeepSpeed where it is not installed."""
+    sharding = choose_sharding(setting, processes, launcher)
+    if sharding != "replicate" and whole_target_only:
+        raise PipelineError(
+            f"trainer.target_sharding={sharding}: {kind} cannot train beside a sharded target ({whole_target_only}); "
+            "set trainer.target_sharding=replicate"
+        )
+    if sharding == "zero3" and importlib.util.find_spec("deepspeed") is None:
+        raise PipelineError(NO_DEEPSPEED)
+    return sharding
+
+
+NO_DEEPSPEED = (
+    "trainer.target_sharding=zero3 needs DeepSpeed; pip install 'drafthub[deepspeed]' "
+    "or set trainer.target_sharding=fsdp"
+)
 
 
 def load_training_target(cfg: TargetConfig, device: torch.device, sharding: str, processes: int) -> torch.nn.Module:
@@ -71,10 +92,7 @@ def _zero3_target(cfg: TargetConfig, device: torch.device) -> torch.nn.Module:
     try:
         import deepspeed
     except ImportError:
-        raise PipelineError(
-            "trainer.target_sharding=zero3 needs DeepSpeed; pip install 'drafthub[deepspeed]' "
-            "or set trainer.target_sharding=fsdp"
-        ) from None
+        raise PipelineError(NO_DEEPSPEED) from None
     from transformers.integrations import HfDeepSpeedConfig
 
     config = _zero3_config(cfg)

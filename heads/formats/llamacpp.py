@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
 from heads.cache import cache_root, cpu_key
@@ -316,6 +317,37 @@ def _fuses_last_layer(ids: list[int], layers: int) -> Optional[str]:
     return None
 
 
+# llama.cpp architectures whose graph hands a feature drafter (draft-eagle3, draft-dflash) the inputs of the target's
+# layers (`res->t_layer_inp[il] = inpL;` in src/models/<arch>.cpp) in the pinned build. Any other target aborts on the
+# first draft (GGML_ASSERT "layer input tensor is null", src/llama-graph.cpp): found on a Gemma 3 target, whose
+# gemma3.cpp sets none (patched in, its EAGLE-3 served losslessly); no server flag avoids it.
+FEATURE_TARGETS = frozenset(
+    "llama llama-embed qwen3 qwen3moe qwen3next qwen35 qwen35moe qwen4exp gpt-oss minimax-m2 minimax-01 gemma4 "
+    "mimo2 nanbeige muse-glimmer bailingmoe3 hunyuan_vl hunyuan-dense lfm2 lfm2moe nemotron_h nemotron_h_moe "
+    "deepseek4".split()
+)
+_ARCH_OF_MODEL_TYPE = {"mistral": "llama"}  # transformers' model_type → llama.cpp's architecture where no rule maps it
+
+
+def _architectures(model_type: str) -> set[str]:
+    """The llama.cpp architecture names a transformers model_type may go by (qwen3_moe → qwen3moe, gpt_oss → gpt-oss,
+    gemma3_text → gemma3)."""
+    base = model_type.removesuffix("_text")
+    return {_ARCH_OF_MODEL_TYPE.get(base, base), base.replace("_", ""), base.replace("_", "-")}
+
+
+def _unfed_target(target_config) -> Optional[str]:
+    """Why llama.cpp's feature drafters cannot draft for this target (its graph hands over no layer inputs), or None."""
+    model_type = getattr(target_config, "model_type", None) or ""
+    if _architectures(model_type) & FEATURE_TARGETS:
+        return None
+    return (
+        f"its target ({model_type or 'this architecture'}) hands llama.cpp's feature drafters none of its layer inputs "
+        "in the pinned build (llama-server aborts on the first draft); llama.cpp serves them beside Llama, Qwen3, "
+        "gpt-oss, Gemma 4 and a few more"
+    )
+
+
 def _refuse_last_layer(drafter_class) -> Callable[[Any], Optional[str]]:
     """llama.cpp's feature drafters (draft-eagle3, draft-dflash, draft-dspark) read the target's layer *inputs*;
     the last layer's output (layer id N) is none of them. DFlash's then aborts on its first decode; EAGLE-3's reads
@@ -324,8 +356,12 @@ def _refuse_last_layer(drafter_class) -> Callable[[Any], Optional[str]]:
 
     def refuse(job) -> Optional[str]:
         target_config = json.loads((local_dir(job.verifier["name_or_path"]) / "config.json").read_text())
-        layers = target_config.get("text_config", target_config)["num_hidden_layers"]
-        return _fuses_last_layer(list(drafter_class.from_pretrained(job.checkpoint).arch.layer_ids), layers)
+        text = target_config.get("text_config", target_config)
+        if why := _unfed_target(SimpleNamespace(model_type=text.get("model_type", target_config.get("model_type")))):
+            return why
+        return _fuses_last_layer(
+            list(drafter_class.from_pretrained(job.checkpoint).arch.layer_ids), text["num_hidden_layers"]
+        )
 
     return refuse
 
@@ -333,6 +369,8 @@ def _refuse_last_layer(drafter_class) -> Callable[[Any], Optional[str]]:
 def _last_layer_in_settings(settings, target_config) -> Optional[str]:
     """_refuse_last_layer from the recipe's drafter.layer_ids and the target's config, before any data is made
     (unset ids are the family's defaults, which stay below the last layer)."""
+    if why := _unfed_target(target_config):
+        return why
     ids = getattr(settings, "layer_ids", None)
     return None if not ids else _fuses_last_layer(list(ids), target_config.num_hidden_layers)
 

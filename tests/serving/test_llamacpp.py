@@ -223,6 +223,18 @@ def test_a_recipe_fusing_the_last_layer_for_llama_cpp_is_refused_before_distilli
 
 
 @needs_llamacpp
+def test_the_targets_refused_for_feature_drafters_are_those_the_pinned_graphs_leave_unfed():
+    """FEATURE_TARGETS says which targets' graphs hand llama.cpp's EAGLE-3/DFlash drafters their layer inputs; checked
+    against the pinned source, so a new pin that changes them fails here, not in a user's llama-server."""
+    from types import SimpleNamespace
+
+    models = llamacpp.source_dir() / "src" / "models"
+    for model_type, source in (("llama", "llama"), ("qwen3", "qwen3"), ("gemma3_text", "gemma3"), ("qwen2", "qwen2")):
+        fed = "t_layer_inp[il]" in (models / f"{source}.cpp").read_text()
+        assert (llamacpp._unfed_target(SimpleNamespace(model_type=model_type)) is None) == fed, model_type
+
+
+@needs_llamacpp
 def test_a_truncated_gguf_is_refused_before_decoding(gguf_exports, tmp_path):
     bad = tmp_path / "bad"
     shutil.copytree(gguf_exports["draft_lm"], bad)

@@ -167,6 +167,20 @@ def test_features_from_vllm_count_only_the_targets_heads(monkeypatch, tmp_path):
     assert "written once by vLLM before training" in text
 
 
+def test_stored_features_run_the_targets_body_once_per_sample_not_per_step(monkeypatch, tmp_path):
+    """Training on stored features costs the store's one pass over the data plus each step's lm_head, not a target
+    forward per step (online); vLLM's store is written in distillation, leaving training the lm_head alone."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    register_configs()
+    hours = {}
+    with initialize_config_module(config_module="conf", version_base=None):
+        for features in ("online", "offline", "vllm"):
+            overrides = ["recipe=eagle_llama70b", f"drafter.features={features}", "plan.accelerate=ddp"]
+            hours[features] = plan_run(OmegaConf.to_object(compose("config", overrides=overrides)))["train_hours"]
+    assert hours["online"] > 1.3 * hours["offline"] > 1.3 * hours["vllm"], hours
+
+
 @pytest.mark.parametrize("accelerate", ["zero3", "fsdp"])
 def test_a_sharded_target_counts_one_share_per_gpu(micro_world, accelerate):
     replicated = plan_run(_run_config(micro_world, Eagle3Config(layer_ids=[0, 1, 2]), accelerate="ddp"))

@@ -1,5 +1,6 @@
 """trainer.target_sharding: which sharding a launch gets, and the settings refused with their fix."""
 
+import importlib.util
 import re
 
 import pytest
@@ -59,8 +60,8 @@ def test_settings_that_need_what_the_run_does_not_have_are_refused(overrides, er
     cfg = OmegaConf.to_object(_compose("recipe=toy_eagle", "target=micro", "drafter.layer_ids=[0,1,2]", *overrides))
     with pytest.raises(PipelineError, match=re.escape(error)):
         check_run(cfg)
-    check_run(
-        OmegaConf.to_object(
-            _compose("recipe=toy_eagle", "target=micro", "drafter.layer_ids=[0,1,2]", "drafter.features=vllm")
-        )
-    )
+    vllm_features = ("recipe=toy_eagle", "target=micro", "drafter.layer_ids=[0,1,2]", "drafter.features=vllm")
+    check_run(OmegaConf.to_object(_compose(*vllm_features, "stages=[train,eval]")))  # its features made already
+    if importlib.util.find_spec("vllm") is None:  # the edit loop, vLLM hidden: a run that would compute them
+        with pytest.raises(PipelineError, match=re.escape("drafter.features=vllm needs vLLM; pip install")):
+            check_run(OmegaConf.to_object(_compose(*vllm_features)))

@@ -130,7 +130,7 @@ def eval_stages(runs: list[Run]) -> list[dict]:
         kept = f" ({len(runs) - len(todo)} kept: their reports still hold)" if len(todo) < len(runs) else ""
         print(f"[eval] measuring together: {', '.join(run.cfg.recipe_name for run, _ in todo)}{kept}")
     for run, family in todo:
-        _check_inputs(run, family)  # before the target loads
+        check_inputs(run, family)  # before the target loads
     tokenizer = load_tokenizer(first.cfg.target)
     target = load_target(first.cfg.target, first.device)
     eos_ids, vocab_size = eos_token_ids(target, tokenizer), len(tokenizer)
@@ -154,24 +154,34 @@ def _valid_report(run: Run, family: Family) -> Optional[dict]:
     return done if done and _still_valid(done, run, family) else None
 
 
-def _check_inputs(run: Run, family: Family) -> None:
+def check_inputs(run: Run, family: Family, made_before: frozenset = frozenset()) -> None:
     """Refuse a run without what its drafter is built from: a trained checkpoint of this run's settings, or the
-    distilled answers a retrieval drafter indexes."""
+    distilled answers a retrieval drafter indexes. made_before: the stages of this run that come before eval and
+    will write them (preflight asks before the first stage runs, the eval stage again before the target loads)."""
     cfg, paths = run.cfg, run.paths
-    if family.trainable:
+    if family.trainable and "train" not in made_before:
         summary = read_json(paths.final / SUMMARY)
         if summary is None:
-            raise PipelineError(f"no trained drafter in {paths.final}; run the train stage first")
+            raise PipelineError(
+                f"no trained drafter in {paths.final}; run the train stage first (stages=[{_with('train', cfg)}])"
+            )
         if summary["stage_hash"] != run.hashes["train"]:
             raise PipelineError(
                 f"{paths.final} was trained with other settings than this run's; re-run the train stage "
-                "(stages=[train,eval,publish])"
+                f"(stages=[{_with('train', cfg)}])"
             )
-    if family.from_answers and not read_json(paths.data / "manifest.json"):
+    if family.from_answers and "distill" not in made_before and not read_json(paths.data / "manifest.json"):
         raise PipelineError(
             f"{cfg.drafter.kind} drafts from the distilled answers and {paths.data} holds none; "
-            "run the distill stage first (stages=[distill,eval,publish])"
+            f"run the distill stage first (stages=[{_with('distill', cfg)}])"
         )
+
+
+def _with(stage: str, cfg) -> str:
+    """The run's stages with `stage` added in its place, as the fix to type."""
+    from train.config import STAGES
+
+    return ",".join(s for s in STAGES if s in {*cfg.stages, stage})
 
 
 def _check_one_world(runs: list[Run]) -> None:

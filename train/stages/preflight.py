@@ -4,6 +4,7 @@ stage touches the disk, the network or an engine."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from distill.config import DATA_SOURCES
@@ -47,6 +48,7 @@ def check_run(cfg: RunConfig) -> None:
     if family.trainable:
         _check_training(training_setup(family.kind), family.kind, cfg.trainer)
         _check_features(cfg)
+        _check_launch(cfg, training_setup(family.kind), family.kind)
     check_eval_settings(family.kind, cfg.drafter, cfg.eval)
     if "eval" in cfg.stages or cfg.bakeoff.recipes:
         check_eval_source(cfg)
@@ -77,12 +79,36 @@ def check_run(cfg: RunConfig) -> None:
         raise PipelineError(f"eval.serve_load: {family.not_served('vllm')}; set eval.serve_load=[]")
     if cfg.eval.serve_load and cfg.eval.serve_url is not None and not cfg.dry_run:
         check_servers_answer(cfg.eval)  # deployed servers: before distillation, not after every decode
+    _check_publish_bar(cfg)
     for engine in cfg.publish.engines:
         if family.not_served(engine):
             raise PipelineError(f"publish.engines has {engine}: {family.not_served(engine)}; leave it out")
     if family.trainable and not cfg.bakeoff.recipes:  # what the data must hold and the machine fit, once every
         _check_sample_counts(cfg, training_setup(family.kind))  # setting is known good (a bake-off trains its
         _check_memory(cfg)  # contenders, not its own drafter: each is checked as it starts)
+
+
+def check_stage_inputs(run) -> None:
+    """What a stage reads that no earlier stage of this run writes (distilled answers, a trained drafter, an eval
+    report) is on disk already and made with this run's settings, or the run is refused before its first stage:
+    `stages=[distill,eval]` without a trained drafter fails before distilling, not after."""
+    from train.stages.eval import _valid_report, check_inputs
+    from train.stages.publish import check_inputs as publish_inputs
+    from train.stages.run_dir import read_json
+    from train.stages.train import SUMMARY
+
+    stages, paths, family = list(run.cfg.stages), run.paths, get_family(run.cfg.drafter.kind)
+    trained = read_json(paths.final / SUMMARY)
+    if "train" in stages and family.trainable and not (trained and trained["stage_hash"] == run.hashes["train"]):
+        if "distill" not in stages[: stages.index("train")] and not read_json(paths.data / "manifest.json"):
+            raise PipelineError(
+                f"no distilled data in {paths.data} to train on; run the distill stage first (stages=[distill,"
+                f"{','.join(stages)}]), or give the run_dir of a run that distilled it"
+            )
+    if "eval" in stages and _valid_report(run, family) is None:
+        check_inputs(run, family, frozenset(stages[: stages.index("eval")]))
+    if "publish" in stages and "eval" not in stages:
+        publish_inputs(run)
 
 
 PRECISIONS = ("auto", "native", "no", "bf16", "fp16")
@@ -119,6 +145,20 @@ def _check_sizes(cfg: RunConfig) -> None:
         raise PipelineError(f"trainer.lr={t.lr} must be positive")
     if t.mixed_precision not in PRECISIONS:
         raise PipelineError(f"trainer.mixed_precision={t.mixed_precision!r}; use one of {list(PRECISIONS)}")
+
+
+def _check_publish_bar(cfg: RunConfig) -> None:
+    """A publish bar no drafter can reach: a chain of γ drafts accepts at most γ + 1 tokens a step (the bonus token
+    included), so publish.min_tau above that refuses every drafter, after distilling, training and measuring."""
+    if "publish" not in cfg.stages or cfg.eval.tree is not None:
+        return
+    most = cfg.eval.num_speculative_tokens + 1
+    if cfg.publish.min_tau > most:
+        raise PipelineError(
+            f"publish.min_tau={cfg.publish.min_tau} is more than the τ of {most} that a chain of "
+            f"eval.num_speculative_tokens={cfg.eval.num_speculative_tokens} can reach (every draft accepted, plus the "
+            "bonus token): no drafter could be published; lower publish.min_tau or raise eval.num_speculative_tokens"
+        )
 
 
 def _check_files(cfg: RunConfig) -> None:
@@ -274,11 +314,30 @@ def _check_tokenizer(cfg: RunConfig, text_config) -> None:
             f"{text_config.vocab_size}: ids past it have no embedding; use the tokenizer saved with these weights"
         )
     init = getattr(cfg.drafter, "init", None) and resolve_built_target(cfg.drafter.init)
-    if init and Path(init).is_dir() and tokenizer_matches(init, tokenizer) is False:
+    if init and Path(init).is_dir():
+        _check_init(cfg, Path(init), tokenizer)
+
+
+def _check_init(cfg: RunConfig, init: Path, tokenizer) -> None:
+    """drafter.init on this machine against the target, from its files alone (what loading it for training would
+    refuse): the target's tokenizer shipped beside it, an embedding row for every target token and for every
+    token-id setting."""
+    from transformers import AutoConfig
+
+    from heads.draft_lm import check_vocab
+    from heads.pard import check_mask_token
+
+    if tokenizer_matches(init, tokenizer) is False:
         raise PipelineError(
             f"drafter.init={cfg.drafter.init} has another vocabulary than target {cfg.target.name_or_path}: its drafts "
             "would mean other text; pick a drafter model with the target's tokenizer (a smaller model of its family)"
         )
+    config = AutoConfig.from_pretrained(init, trust_remote_code=cfg.target.trust_remote_code)
+    rows = config.get_text_config().vocab_size
+    check_vocab(str(init), rows, tokenizer, trust_remote_code=cfg.target.trust_remote_code)
+    for key in TOKEN_ID_SETTINGS:
+        if (token_id := getattr(cfg.drafter, key, None)) is not None:
+            check_mask_token(token_id, rows, f"drafter.{key} (drafter.init={cfg.drafter.init})")
 
 
 # drafter settings that give a token id a role (the id a mask or PARD slot is fed), whichever family has them
@@ -376,8 +435,26 @@ def _check_training(setup, kind: str, trainer) -> None:
         raise PipelineError("trainer.on_policy_temperature must be ≥ 0 and trainer.acceptance_gamma ≥ 1")
 
 
+def _check_launch(cfg: RunConfig, setup, kind: str) -> None:
+    """What `accelerate launch` decides (WORLD_SIZE, its DeepSpeed or FSDP environment) against the trainer's
+    settings: refused before distilling, not when training starts (every launched process reads the same)."""
+    from train.distributed import check_batch_split, launched_processes, launcher_from_env
+    from train.sharded_target import checked_sharding
+
+    if "train" not in cfg.stages:
+        return
+    processes = launched_processes()
+    check_batch_split(cfg.trainer.batch_size, processes)
+    if getattr(cfg.drafter, "features", None) != "vllm":  # vLLM's features: the target is never sharded in training
+        setting = cfg.trainer.target_sharding
+        checked_sharding(setting, processes, launcher_from_env(), kind, setup.whole_target_only)
+
+
 def _check_features(cfg: RunConfig) -> None:
-    """drafter.features=vllm trains without the target's decoder layers: nothing may need its forward."""
+    """drafter.features=vllm trains without the target's decoder layers: nothing may need its forward, and vLLM
+    must be there to compute them."""
+    from distill.vllm_features import NEEDS_VLLM
+
     if getattr(cfg.drafter, "features", None) != "vllm":
         return
     if cfg.trainer.policy == "on_policy":
@@ -390,3 +467,5 @@ def _check_features(cfg: RunConfig) -> None:
             f"trainer.target_sharding={cfg.trainer.target_sharding}: with drafter.features=vllm training holds only "
             "the target's embeddings and lm_head (nothing to shard); set trainer.target_sharding=auto"
         )
+    if "distill" in cfg.stages and not cfg.dry_run and importlib.util.find_spec("vllm") is None:
+        raise PipelineError(NEEDS_VLLM)

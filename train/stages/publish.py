@@ -63,11 +63,10 @@ def compared_with(comparison_file: str) -> dict:
     }
 
 
-def publish_stage(run: Run) -> dict:
+def check_inputs(run: Run) -> dict:
+    """This run's eval report, measured on the checkpoint now on disk with this run's settings, or the refusal
+    (preflight asks before the first stage of a run that publishes without evaluating)."""
     cfg, paths = run.cfg, run.paths
-    done, prov = read_json(paths.published), read_json(paths.drafter / "drafthub.json")
-    if done and prov and done["stage_hash"] == prov.get("stage_hash") == run.stage_hash:
-        return prov
     report = read_json(paths.eval / REPORT)
     if not report:
         check_report(report, cfg.publish.min_tau, str(paths.drafter))  # "no eval report: run the eval stage"
@@ -81,6 +80,15 @@ def publish_stage(run: Run) -> dict:
             f"refusing to publish: {paths.eval / REPORT} measured other settings than this run's (its stage hash "
             "differs); re-run stages=[eval,publish]"
         )
+    return report
+
+
+def publish_stage(run: Run) -> dict:
+    cfg, paths = run.cfg, run.paths
+    done, prov = read_json(paths.published), read_json(paths.drafter / "drafthub.json")
+    if done and prov and done["stage_hash"] == prov.get("stage_hash") == run.stage_hash:
+        return prov
+    report = check_inputs(run)
     samples = paths.eval / SAMPLES
     check_report(report, cfg.publish.min_tau, str(paths.drafter), samples)  # the samples, where eval wrote them
     dataset = load_distilled(paths.data) if read_json(paths.data / "manifest.json") else None

@@ -16,12 +16,12 @@ from distill.target_heads import load_target_heads
 from distill.targets import resolve_target
 from heads.formats.staging import atomic_write_text, staged_directory
 from train.data import LengthCut, length_cut
-from train.distributed import assign_state, build_accelerator, full_state_dict, launched_processes
+from train.distributed import assign_state, build_accelerator, check_batch_split, full_state_dict, launched_processes
 from train.errors import PipelineError
 from train.loop import train_loop
 from train.setups import training_setup
 from train.setups.base import TrainContext
-from train.sharded_target import choose_sharding, full_bytes, held_bytes, load_training_target
+from train.sharded_target import checked_sharding, full_bytes, held_bytes, load_training_target
 from train.stages.continuation import plan_continuation, seed_checkpoints
 from train.stages.run import Run
 from train.stages.run_dir import read_json
@@ -92,11 +92,7 @@ def train_stage(run: Run) -> dict:
     if done and done["stage_hash"] == run.stage_hash:
         return done
     processes = launched_processes()
-    if cfg.trainer.batch_size % processes:
-        raise PipelineError(
-            f"trainer.batch_size={cfg.trainer.batch_size} is the global batch and must split evenly over {processes} "
-            f"processes; make it a multiple of {processes}"
-        )
+    check_batch_split(cfg.trainer.batch_size, processes)  # preflight said so too: a peer may see another WORLD_SIZE
     dataset = load_distilled(paths.data)
     check_length_cut(length_cut(dataset, cfg.trainer.max_seq_len), cfg.trainer.max_cut_share)
     setup = training_setup(cfg.drafter.kind)
@@ -114,12 +110,13 @@ def train_stage(run: Run) -> dict:
     if setup.feature_ids and cfg.drafter.features == "vllm":  # vLLM computes the features: no decoder layer here
         sharding, target = "heads only", load_target_heads(cfg.target, device)
     else:
-        sharding = choose_sharding(cfg.trainer.target_sharding, accelerator.num_processes, launcher(accelerator))
-        if sharding != "replicate" and setup.whole_target_only:
-            raise PipelineError(
-                f"trainer.target_sharding={sharding}: {cfg.drafter.kind} cannot train beside a sharded target "
-                f"({setup.whole_target_only}); set trainer.target_sharding=replicate"
-            )
+        sharding = checked_sharding(
+            cfg.trainer.target_sharding,
+            accelerator.num_processes,
+            launcher(accelerator),
+            cfg.drafter.kind,
+            setup.whole_target_only,
+        )
         target = load_training_target(cfg.target, device, sharding, accelerator.num_processes)
     ctx = TrainContext(
         _loadable_init(cfg),
