@@ -34,10 +34,11 @@ def main(cfg) -> None:
     import datasets
 
     datasets.disable_progress_bars()  # one bar per stage is ours; shard saves need none
-    from distill.chat import template_text
     from distill.device import default_device
     from distill.lock import LockHeld, exclusive
-    from distill.run import distill, merge_parts
+    from distill.prompts.chat import template_text
+    from distill.stage.parts import merge_parts
+    from distill.stage.run import distill
 
     app: DistillAppConfig = OmegaConf.to_object(cfg)
     try:

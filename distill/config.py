@@ -55,7 +55,7 @@ class SamplingConfig:
 
 @dataclass
 class MagpieConfig:
-    """data.prompts=magpie: the target writes its own requests (distill/magpie.py)."""
+    """data.prompts=magpie: the target writes its own requests (distill/prompts/magpie.py)."""
 
     temperature: float = 1.0  # Magpie samples requests at the model's own distribution
     top_p: float = 1.0
@@ -89,7 +89,7 @@ class DataConfig:
     # prompts of data.prompts split off before distillation (a seeded draw, never distilled) and measured by eval
     # when the run names no eval source (eval_prompts / eval_split); the toy world has its own held-out split
     holdout: int = 64
-    holdout_seed: int = 0  # the draw's seed (distill/heldout.py)
+    holdout_seed: int = 0  # the draw's seed (distill/prompts/heldout.py)
     corpus_window: int = 192  # source=corpus: tokens per window (the toy world's distilled samples average 191)
     max_prompt_tokens: int = 384  # longer prompts are dropped and counted in the manifest
     regenerate: bool = True  # True: the target answers each prompt; False: keep the dataset's answers

@@ -3,7 +3,7 @@
 Measures an exported drafter directory (any family in heads/families/) against its target (read from the
 drafter's drafthub.json unless given) and writes eval_report.json, eval_samples.jsonl and report.md into out_dir;
 the drafter directory is written only with record=true. Prompts are read as distillation reads them
-(distill/prompts.py: JSONL, JSON, parquet, dataset directories, Hub names; messages, ShareGPT, turns, prompt) and
+(distill/prompts/read.py: JSONL, JSON, parquet, dataset directories, Hub names; messages, ShareGPT, turns, prompt) and
 templated exactly as the pipeline's eval stage templates them (eval/prompts.py): a `turns` row is measured turn by
 turn, each turn's prompt holding the target's own answers to the turns before. A drafter with a card
 (drafthub.json) is measured at the γ its card serves, without a sweep, unless eval.num_speculative_tokens or
@@ -76,7 +76,7 @@ def _target_of(drafter: Path) -> str:
 def _chat_template(app: "EvalAppConfig", drafter: Path, tokenizer) -> None:
     """Template the prompts as in training: the given template, the recipe's, or the tokenizer's own."""
     recipe_template = ((_provenance(drafter).get("recipe") or {}).get("target") or {}).get("chat_template")
-    from distill.chat import template_text
+    from distill.prompts.chat import template_text
 
     given = template_text(app.chat_template, "chat_template")
     tokenizer.chat_template = given or recipe_template or tokenizer.chat_template  # none: raw text prompts only
@@ -137,7 +137,7 @@ def _load_target(app: EvalAppConfig, drafter: Path, target_name: str):
     from transformers import AutoTokenizer
 
     from distill.config import TargetConfig
-    from distill.target import load_target, no_safetensors
+    from distill.targets.load import load_target, no_safetensors
 
     device = torch.device(app.device if app.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     if target_name.startswith("toyworld:"):
@@ -233,8 +233,8 @@ def _check_out_dir(out_dir: Path, drafter: Path) -> None:
 @explained
 def main(cfg) -> None:
     from distill.errors import DistillError
-    from distill.prompts import read_prompts
-    from distill.target import eos_token_ids
+    from distill.prompts.read import read_prompts
+    from distill.targets.load import eos_token_ids
     from eval.measure_export import measure_export
     from eval.prompts import measured_prompts, prompt_room, target_answers
     from eval.proposers import load_proposer

@@ -1,5 +1,5 @@
 """Eval prompts, templated alike for `python -m eval` and the pipeline's eval stage: conversations (both read
-them with distill.prompts.read_prompts; eval itself imports only heads) without their trailing assistant turns
+them with distill.prompts.read.read_prompts; eval itself imports only heads) without their trailing assistant turns
 (the reference answers), through the target's chat template with the assistant generation prompt — what a server
 receives. Raw text (a base model's completion prompt, role TEXT) is measured as its own ids, as a completion
 endpoint receives it.
@@ -25,7 +25,7 @@ from eval.sampling import SamplingParams
 from eval.speculative import autoregressive_generate
 
 Answer = Callable[[list[int]], list[int]]  # prompt ids → the target's answer ids
-TEXT = "text"  # raw text the target continues, untemplated (a completion prompt): distill.chat.TEXT, restated
+TEXT = "text"  # raw text the target continues, untemplated (a completion prompt): distill.prompts.chat.TEXT, restated
 
 
 def prompt_messages(messages: list[dict]) -> list[dict]:
@@ -42,7 +42,8 @@ def _owes_answer(message: dict) -> bool:
 
 def pending_turn(messages: list[dict]) -> tuple[list[dict], bool]:
     """The prompt the target answers next, and whether the conversation owes more answers after it: the messages
-    before its first owed answer (content None), else prompt_messages(messages). distill.chat's rule, restated."""
+    before its first owed answer (content None), else prompt_messages(messages). distill.prompts.chat's rule,
+    restated."""
     for i, m in enumerate(messages):
         if _owes_answer(m):
             return messages[:i], True
@@ -190,7 +191,8 @@ def prompt_ids(
 
 
 def _template(prompt: list[dict], tokenizer, where: str) -> list[int]:
-    """A chat prompt through the target's template; raw text as its own ids (distill.chat.encode_prompt's rule)."""
+    """A chat prompt through the target's template; raw text as its own ids (distill.prompts.chat.encode_prompt's
+    rule)."""
     if prompt[0].get("role") == TEXT:
         return list(tokenizer(prompt[0]["content"])["input_ids"])
     if not tokenizer.chat_template:

@@ -101,7 +101,7 @@ def _drafting_cost(out: Path, gamma: int, repeats: int = 30) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from distill.features import layer_features
+    from distill.features.capture import layer_features
     from distill.targets import resolve_target
     from eval.proposer import TargetFeatures
     from eval.proposers.dspark import DSparkProposer

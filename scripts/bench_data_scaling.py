@@ -76,7 +76,7 @@ def _run_config(overrides: list[str]):
 
 def _subset(out: Path, size: int, largest: int) -> Path:
     """The first `size` samples of the largest distilled set, as the data directory a size-N run expects."""
-    from distill.run import first_samples
+    from distill.stage.parts import first_samples
 
     source = out / f"data-{largest}"
     path = out / f"data-{size}"

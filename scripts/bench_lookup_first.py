@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> dict:
     from bench_retrieval import held_out_decodes
 
     from distill.config import TargetConfig
-    from distill.shards import load_distilled
-    from distill.target import eos_token_ids, load_target, load_tokenizer
+    from distill.stage.shards import load_distilled
+    from distill.targets.load import eos_token_ids, load_target, load_tokenizer
 
     torch.set_grad_enabled(False)
     target_cfg = TargetConfig(name_or_path=args.target)

@@ -43,8 +43,8 @@ def main() -> None:
     machine.announce()  # this machine's class and speed, beside every figure below
 
     from distill.config import TargetConfig
-    from distill.prompts import load_conversations
-    from distill.target import eos_token_ids, load_target, load_tokenizer
+    from distill.prompts.read import load_conversations
+    from distill.targets.load import eos_token_ids, load_target, load_tokenizer
     from distill.targets.toyworld import toyworld_prompts
     from eval.config import EvalConfig
     from eval.metrics import Tally, decode_figures

@@ -28,10 +28,10 @@ import torch
 from omegaconf import OmegaConf
 
 from distill.config import TargetConfig
-from distill.feature_store import FeatureStore, store_dir
-from distill.shards import load_distilled
-from distill.target import eos_token_ids, load_target, load_tokenizer, padding_id
+from distill.features.store import FeatureStore, store_dir
+from distill.stage.shards import load_distilled
 from distill.targets import resolve_target
+from distill.targets.load import eos_token_ids, load_target, load_tokenizer, padding_id
 from eval import machine
 from eval.config import EvalConfig
 from eval.measure_export import measure_exports

@@ -73,8 +73,8 @@ def priced_speedup(tokens: int, widths: Counter, width_ms: dict[int, float], pad
 
 def held_out_decodes(args, target, tokenizer, distilled) -> tuple[list[list[int]], list[list[int]]]:
     """The benchmarks' prompts (none of them distilled) and the target's greedy decodes, cached by content."""
-    from distill.prompts import read_prompts
-    from distill.target import eos_token_ids
+    from distill.prompts.read import read_prompts
+    from distill.targets.load import eos_token_ids
     from eval.config import EvalConfig
     from eval.prompts import prompt_ids, target_answers
     from eval.sampling import SamplingParams
@@ -143,8 +143,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     machine.announce()
     from distill.config import TargetConfig
-    from distill.shards import load_distilled
-    from distill.target import load_target, load_tokenizer
+    from distill.stage.shards import load_distilled
+    from distill.targets.load import load_target, load_tokenizer
     from eval.static_engine import PAD_WIDTHS, padded_widths
     from heads.config import RetrievalConfig
     from train.stages.eval import answer_spans

@@ -44,7 +44,7 @@ def _newest_toy_drafter() -> Path | None:
 
 def _prompts(tokenizer, target, target_name: str, args, count: int, eos: int) -> list[list[int]]:
     """Templated as the eval stage templates them: a toy world's held-out split, else the benchmarks `--prompts`."""
-    from distill.prompts import load_conversations, read_prompts
+    from distill.prompts.read import load_conversations, read_prompts
     from distill.targets.toyworld import toyworld_prompts
     from eval.config import EvalConfig
     from eval.prompts import prompt_ids, target_answers
@@ -93,7 +93,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from distill.config import TargetConfig
-    from distill.target import load_target, load_tokenizer
+    from distill.targets.load import load_target, load_tokenizer
     from eval.metrics import Tally, decode_figures
     from eval.proposers.draft_lm import DraftLMProposer
     from eval.sampling import SamplingParams

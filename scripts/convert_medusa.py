@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from distill.config import TargetConfig  # noqa: E402
 from distill.errors import DistillError  # noqa: E402
-from distill.target_heads import load_target_heads  # noqa: E402
 from distill.targets import resolve_target  # noqa: E402
+from distill.targets.heads import load_target_heads  # noqa: E402
 from heads.convert.medusa_original import convert_original_medusa  # noqa: E402
 from heads.errors import HeadsError  # noqa: E402
 from heads.formats.staging import staged_directory  # noqa: E402

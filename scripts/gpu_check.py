@@ -124,7 +124,7 @@ def _cpu_tau(run_dir: Path, report: dict) -> float:
 def _prompt_args(report: dict) -> list[str]:
     """`python -m eval`'s arguments for the prompts the pipeline's eval measured: the toy world's heldout file, or
     the named set, file or dataset of `eval_prompts` (the main job's MT-Bench + HumanEval)."""
-    from distill.heldout import TOYWORLD
+    from distill.prompts.heldout import TOYWORLD
     from distill.targets.toyworld import toyworld_prompts
 
     src = report["prompts"]

@@ -113,8 +113,8 @@ def target(micro_world):
 @pytest.fixture(scope="session")
 def prompt_ids(micro_world, tokenizer):
     """A few held-out chat prompts as token ids."""
-    from distill.chat import encode_prompt, prompt_messages
-    from distill.prompts import load_conversations
+    from distill.prompts.chat import encode_prompt, prompt_messages
+    from distill.prompts.read import load_conversations
 
     convs = load_conversations(str(micro_world.prompts_file("heldout")), "train")
     return [encode_prompt(tokenizer, prompt_messages(c))[-60:] for c in convs[:6]]

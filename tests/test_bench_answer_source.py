@@ -22,7 +22,7 @@ TINY = [
 
 def test_the_target_and_the_dataset_answer_the_same_prompts_at_equal_steps(tmp_path, micro_world):
     bench = import_script("bench_answer_source")
-    from distill.shards import load_distilled
+    from distill.stage.shards import load_distilled
 
     prompts, held_out = tmp_path / "answered.jsonl", tmp_path / "held_out.jsonl"
     prompts.write_text("".join(json.dumps(r) + "\n" for r in ROWS))

@@ -122,7 +122,7 @@ def test_a_llama3_target_without_pad_token_distils_trains_and_measures_held_out_
     assert manifest["prompts"]["heldout"]["count"] == 4
     report = json.loads((tmp_path / "run" / "eval" / "eval_report.json").read_text())
     assert report["prompts"]["held_out_slice"] is True and report["prompts"]["overlap"] == 0
-    from distill.shards import load_distilled
+    from distill.stage.shards import load_distilled
 
     trained = set(load_distilled(tmp_path / "run" / "data")["prompt_index"])
     assert trained.isdisjoint(manifest["prompts"]["heldout"]["positions"])

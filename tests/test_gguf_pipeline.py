@@ -88,7 +88,7 @@ def test_a_gemma3_style_gguf_trains_eagle3_and_is_measured_losslessly(tmp_path):
     from safetensors.torch import load_file
 
     from distill.config import TargetConfig
-    from distill.target import load_target
+    from distill.targets.load import load_target
     from tests.gemma_gguf import SLIDING_WINDOW, write_gemma3_gguf
 
     target = write_gemma3_gguf(tmp_path / "gemma3.gguf")

@@ -117,3 +117,27 @@ def test_imports_point_one_way_between_packages():
         allowed = ALLOWED[own] | (ENTRY_POINT_EXTRAS.get(own, set()) if module.endswith(".__main__") else set())
         wrong += [f"{module} → {dep}" for dep in sorted(deps) if dep.split(".")[0] not in allowed | {own}]
     assert wrong == []
+
+
+# distill/'s wings, lowest floor first: a module imports its own wing and the floors below, never one above
+# (the stage drives prompts, targets and features; the targets build the toy world, which reads prompt sets)
+DISTILL_FLOORS = ("ground", "prompts", "toyworld", "targets", "features", "stage", "__main__")
+
+
+def _distill_floor(module: str) -> str:
+    wing = module.split(".")[1] if module.count(".") else "ground"
+    return wing if wing in DISTILL_FLOORS else "ground"  # config, errors, lock, device, inputs, packaged
+
+
+def test_distill_wings_import_only_their_own_floor_and_those_below():
+    graph = import_graph()
+    assert {_distill_floor(m) for m in graph if m.startswith("distill.")} == set(DISTILL_FLOORS)  # every wing found
+    wrong = [
+        f"{module} → {dep}"
+        for module, deps in graph.items()
+        if module.startswith("distill.")
+        for dep in sorted(deps)
+        if dep.startswith("distill.")
+        and DISTILL_FLOORS.index(_distill_floor(dep)) > DISTILL_FLOORS.index(_distill_floor(module))
+    ]
+    assert wrong == []

@@ -181,7 +181,7 @@ def test_a_full_disk_however_a_library_says_it_is_enospc_and_leaves_no_partial_c
 
 
 def test_distillation_stopped_by_ctrl_c_or_a_full_disk_keeps_its_complete_shards_and_resumes(tmp_path, monkeypatch):
-    from distill.shards import ShardWriter
+    from distill.stage.shards import ShardWriter
 
     write, written, fault = ShardWriter.write, [], {}
 

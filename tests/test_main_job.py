@@ -117,7 +117,7 @@ def test_every_smollm2_bakeoff_contender_fits_smollm2(smollm2, tmp_path):
     from omegaconf import OmegaConf
     from transformers import AutoConfig
 
-    from distill.target import resolve_target
+    from distill.targets.load import resolve_target
     from heads.families import get_family
     from train.bakeoff import contender_config
     from train.config import register_configs
@@ -180,9 +180,9 @@ def test_the_smollm2_bakeoff_gives_a_verdict_per_category_and_workload_at_tiny_s
 def test_smollm2s_template_masks_a_datasets_own_answer_as_the_targets_would_be(smollm2):
     # SmolLM2's ChatML has no {% generation %} markers: a prompt-completion row kept with data.regenerate=false is
     # masked by prefixes, exactly the tokens the target's own answer would take after the generation prompt
-    from distill.chat import encode_chat, encode_prompt
     from distill.config import TargetConfig
-    from distill.target import load_tokenizer
+    from distill.prompts.chat import encode_chat, encode_prompt
+    from distill.targets.load import load_tokenizer
 
     tokenizer = load_tokenizer(TargetConfig(name_or_path="package:smollm2-135m-instruct"))
     assert "generation %}" not in tokenizer.chat_template

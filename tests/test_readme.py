@@ -32,6 +32,7 @@ README = REPO / "README.md"
 HANDBOOKS = [
     REPO / p
     for p in (
+        "distill/README.md",
         "eval/README.md",
         "heads/README.md",
         "train/README.md",

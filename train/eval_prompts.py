@@ -3,7 +3,7 @@ none of them was trained on.
 
 One of, in this order: `eval_prompts` (split `eval_split`, default train), `eval_split` of data.prompts,
 the toy world's heldout split, or the `data.holdout` prompts split off data.prompts before distillation
-(distill/heldout.py). A run with none of these is refused before any work. The prompts are read from the column
+(distill/prompts/heldout.py). A run with none of these is refused before any work. The prompts are read from the column
 `eval_prompts_column` of eval_prompts, or `data.prompts_column` of data.prompts (None: auto-detected).
 """
 
@@ -17,10 +17,10 @@ from typing import Optional
 
 from jinja2.exceptions import TemplateError
 
-from distill.chat import asks, encode_prompt, pending_turn
-from distill.heldout import TOYWORLD, digest_of_set, heldout_indices, holdout_active, prompt_digest
-from distill.prompt_sets import PromptSet
-from distill.prompts import read_prompts
+from distill.prompts.chat import asks, encode_prompt, pending_turn
+from distill.prompts.heldout import TOYWORLD, digest_of_set, heldout_indices, holdout_active, prompt_digest
+from distill.prompts.read import read_prompts
+from distill.prompts.sets import PromptSet
 from distill.targets.toyworld import toyworld_prompts
 from train.config import RunConfig
 from train.errors import PipelineError
@@ -113,7 +113,7 @@ def check_eval_source(cfg: RunConfig) -> None:
 def _parts(source: str) -> set[str]:
     """What a prompt source reads, to compare two: a local file or directory by its real path, a composite of prompt
     sets (mt_bench+humaneval) by each set, anything else (a dataset id) by its name."""
-    from distill.prompt_sets import is_prompt_set
+    from distill.prompts.sets import is_prompt_set
 
     if is_prompt_set(source):
         return set(source.split("+"))
@@ -124,7 +124,7 @@ def _parts(source: str) -> set[str]:
 def _check_not_trained_on(cfg: RunConfig) -> None:
     """eval_prompts naming (in part) a source the drafter is trained on, in the same split: refused before any work,
     where the overlap check would find it only after distilling and training."""
-    from distill.prompt_sets import is_prompt_set
+    from distill.prompts.sets import is_prompt_set
 
     if not cfg.eval_prompts:
         return

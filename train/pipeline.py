@@ -3,7 +3,7 @@
 Each stage records the hash of everything that determines its output, chained so that a stage's
 output stays valid while everything upstream is unchanged; a rerun skips a stage whose output
 carries the current hash, so a crashed run resumes instead of restarting. The stages themselves
-live in train/{train,eval,publish}_stage.py (distill: distill/run.py); the run directory in
+live in train/{train,eval,publish}_stage.py (distill: distill/stage/run.py); the run directory in
 train/stages/run_dir.py.
 """
 
@@ -19,15 +19,16 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from distill.chat import template_text
 from distill.config import output_settings
 from distill.errors import DistillError
 from distill.inputs import hub_commit, source_identity
 from distill.lock import exclusive
-from distill.run import config_hash as distill_hash
-from distill.run import distill, model_identity, read_manifest, why_redistil
-from distill.shards import load_distilled
-from distill.target_heads import load_target_heads
+from distill.prompts.chat import template_text
+from distill.stage.manifest import config_hash as distill_hash
+from distill.stage.manifest import model_identity, read_manifest, why_redistil
+from distill.stage.run import distill
+from distill.stage.shards import load_distilled
+from distill.targets.heads import load_target_heads
 from eval.config import EvalConfig
 from eval.errors import EvalError
 from heads.errors import HeadsError

@@ -18,8 +18,8 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
-from distill.feature_store import bytes_needed
-from distill.target import target_config
+from distill.features.store import bytes_needed
+from distill.targets.load import target_config
 from train.config import PlanConfig
 from train.setups import training_setup
 from train.sharded_target import choose_sharding

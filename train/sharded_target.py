@@ -22,8 +22,8 @@ import torch
 from transformers import AutoConfig
 
 from distill.config import TargetConfig
-from distill.target import load_target
 from distill.targets import resolve_target
+from distill.targets.load import load_target
 from train.errors import PipelineError
 
 SHARDINGS = ("auto", "replicate", "zero3", "fsdp")
@@ -158,7 +158,7 @@ def held_bytes(model: torch.nn.Module) -> int:
     """Bytes of the model's parameters this process holds: its shards where they are sharded."""
     total = 0
     for p in model.parameters():
-        if p.is_meta:  # never loaded (the decoder layers of distill.target_heads)
+        if p.is_meta:  # never loaded (the decoder layers of distill.targets.heads)
             continue
         if hasattr(p, "ds_tensor"):  # ZeRO-3: the local partition
             local = p.ds_tensor

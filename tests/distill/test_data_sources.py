@@ -5,10 +5,11 @@ import json
 import pytest
 
 from distill.config import DataConfig, SamplingConfig, TargetConfig
-from distill.corpus_windows import corpus_examples
 from distill.errors import DistillError
-from distill.run import distill, first_samples
-from distill.shards import load_distilled
+from distill.prompts.corpus_windows import corpus_examples
+from distill.stage.parts import first_samples
+from distill.stage.run import distill
+from distill.stage.shards import load_distilled
 
 MICRO = TargetConfig(name_or_path="toyworld:micro")
 

@@ -2,8 +2,9 @@ import json
 import shutil
 
 from distill.config import DataConfig, SamplingConfig, TargetConfig
-from distill.run import distill, read_manifest
-from distill.shards import load_distilled
+from distill.stage.manifest import read_manifest
+from distill.stage.run import distill
+from distill.stage.shards import load_distilled
 
 
 def _cfgs():

@@ -1,11 +1,12 @@
-"""More prompts keep a smaller dataset's answers (distill/extend.py): the grown dataset equals one distilled whole."""
+"""More prompts keep a smaller dataset's answers (distill/stage/extend.py): the grown dataset equals one distilled
+whole."""
 
 import json
 
 from distill.config import DataConfig, PromptSource, SamplingConfig, TargetConfig
-from distill.extend import seed_shards
-from distill.run import distill
-from distill.shards import load_distilled
+from distill.stage.extend import seed_shards
+from distill.stage.run import distill
+from distill.stage.shards import load_distilled
 
 TARGET = TargetConfig(name_or_path="toyworld:micro")
 

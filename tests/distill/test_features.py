@@ -2,7 +2,7 @@
 
 import torch
 
-from distill.features import final_hidden_states, layer_and_final_features, layer_features
+from distill.features.capture import final_hidden_states, layer_and_final_features, layer_features
 
 
 def test_features_and_lm_head_inputs_come_from_one_forward_without_every_positions_logits(target, prompt_ids):

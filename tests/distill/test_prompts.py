@@ -10,8 +10,8 @@ import datasets
 import pytest
 
 from distill.errors import DistillError
-from distill.prompt_sets import humaneval_file
-from distill.prompts import load_conversations, read_prompts
+from distill.prompts.read import load_conversations, read_prompts
+from distill.prompts.sets import humaneval_file
 
 CONV = {"messages": [{"role": "user", "content": "import os\n"}, {"role": "assistant", "content": "import sys\n"}]}
 SHAREGPT = [
@@ -227,12 +227,12 @@ def test_distill_runs_on_a_jsonl_with_a_byte_order_mark(tmp_path, micro_world):
 
 
 def test_a_target_with_only_pickled_weights_gets_the_message_python_m_eval_gives():
-    """Not a prompt, but the same kind of user data: load_target and python -m eval share distill.target's line
+    """Not a prompt, but the same kind of user data: load_target and python -m eval share distill.targets.load's line
     (tests/test_bad_inputs.py runs the eval side through the app)."""
     from pathlib import Path
 
     from distill.config import TargetConfig
-    from distill.target import load_target
+    from distill.targets.load import load_target
 
     target = Path(__file__).parents[1] / "data" / "bin-only-target"
     with pytest.raises(DistillError) as e:
@@ -265,7 +265,7 @@ def test_turns_rows_are_user_turns_with_the_answers_the_target_owes_and_keep_the
 
 
 def test_the_target_answers_a_turns_row_one_turn_after_another():
-    from distill.chat import answered, pending_turn, prompt_messages
+    from distill.prompts.chat import answered, pending_turn, prompt_messages
 
     first, more = pending_turn(TURNS_READ[0])
     assert (first, more) == (TURNS_READ[0][:1], True)
@@ -385,8 +385,8 @@ def test_a_named_column_that_holds_no_prompt_is_named_with_its_setting(tmp_path)
 
 def test_distill_answers_every_turn_of_a_named_column_and_keeps_no_answers_it_has_not(tmp_path, micro_world):
     from distill.config import DataConfig, SamplingConfig, TargetConfig
-    from distill.run import distill
-    from distill.shards import load_distilled
+    from distill.stage.run import distill
+    from distill.stage.shards import load_distilled
 
     rows = [{"category": "qa", "dialogue": ["def f():\n", "import os\n"]}, {"dialogue": ["x = 1\n"]}]
     path = _jsonl(tmp_path / "bench.jsonl", *rows)
@@ -402,11 +402,11 @@ def test_distill_answers_every_turn_of_a_named_column_and_keeps_no_answers_it_ha
 def test_a_prompt_completion_row_is_answered_by_its_completion_or_by_the_target(tmp_path, micro_world):
     """TRL's prompt-completion rows: `data.regenerate=false` trains on the completion (every token of it and the
     end-of-turn token, nothing of the prompt); `true` has the target answer the same prompt instead."""
-    from distill.chat import encode_prompt
     from distill.config import DataConfig, SamplingConfig, TargetConfig
-    from distill.run import distill
-    from distill.shards import load_distilled
-    from distill.target import load_tokenizer
+    from distill.prompts.chat import encode_prompt
+    from distill.stage.run import distill
+    from distill.stage.shards import load_distilled
+    from distill.targets.load import load_tokenizer
 
     rows = [{"prompt": "def f():\n", "completion": "    return 1\n", "category": "c"}, {"prompt": "x = "}]
     path = _jsonl(tmp_path / "pc.jsonl", *rows)
@@ -432,7 +432,7 @@ def test_a_prompt_completion_row_is_answered_by_its_completion_or_by_the_target(
 
 
 def test_stdlib_code_answers_are_stdlib_codes_requests_with_the_stdlibs_own_functions(tmp_path, monkeypatch):
-    from distill import stdlib_code
+    from distill.prompts import stdlib_code
 
     (tmp_path / "lib").mkdir()
     source = 'def mean_of(values):\n    """Return the arithmetic mean of values, in a module of its own."""\n'
@@ -455,11 +455,11 @@ def test_raw_text_rows_are_continued_untemplated_and_their_completions_kept(tmp_
     """A base model's prompts: `{"text": …}` is continued as it is (its own ids, the tokenizer's start token first),
     the target's continuation trained on and nothing of the text; with data.regenerate=false the row's completion
     is the continuation. The completion prompt sets read HumanEval's and the stdlib's stubs so."""
-    from distill.chat import TEXT
     from distill.config import DataConfig, SamplingConfig, TargetConfig
-    from distill.run import distill
-    from distill.shards import load_distilled
-    from distill.target import load_tokenizer
+    from distill.prompts.chat import TEXT
+    from distill.stage.run import distill
+    from distill.stage.shards import load_distilled
+    from distill.targets.load import load_tokenizer
 
     rows = [{"text": "def add(a, b):\n", "completion": "    return a + b\n"}, {"text": "import os\n"}]
     path = _jsonl(tmp_path / "text.jsonl", *rows)
@@ -487,7 +487,7 @@ def test_a_chat_row_for_a_target_without_a_template_names_the_row_and_both_ways_
     """Checked as distill reads the rows too (prompts on the Hub are not read before the run): the first chat row
     is named; raw text beside it is fine."""
     from distill.config import DataConfig, TargetConfig
-    from distill.run import distill
+    from distill.stage.run import distill
 
     template_less = tmp_path / "no-template"
     shutil.copytree(micro_world.target_dir, template_less)

@@ -4,7 +4,7 @@ ships repetition_penalty 1.05 and top_k 20) must not change the distilled answer
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from distill.sampler import HFSampler
+from distill.stage.hf_sampler import HFSampler
 
 
 def _argmax_decode(model, prompt: list[int], steps: int) -> list[int]:

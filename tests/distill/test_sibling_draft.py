@@ -7,8 +7,8 @@ import pytest
 from transformers import AutoConfig, AutoTokenizer
 
 from distill.errors import DistillError
-from distill.target import target_config
 from distill.targets import resolve_target
+from distill.targets.load import target_config
 from distill.toyworld.config import MICRO, SIBLINGS, SIZES, SiblingDraft
 from heads.config import DraftLMConfig
 from heads.draft_lm import DraftLM

@@ -9,8 +9,9 @@ import pytest
 
 from distill.config import DataConfig, SamplingConfig, TargetConfig
 from distill.errors import DistillError
-from distill.run import distill, merge_parts
-from distill.shards import load_distilled
+from distill.stage.parts import merge_parts
+from distill.stage.run import distill
+from distill.stage.shards import load_distilled
 from tests.conftest import REPO
 
 TARGET = TargetConfig(name_or_path="toyworld:micro")

@@ -1,5 +1,6 @@
-"""Code requests from the stdlib (distill/stdlib_code.py): each public top-level function with a docstring becomes
-its signature and docstring, no body; tests, private names and duplicates are left out; built once per Python."""
+"""Code requests from the stdlib (distill/prompts/stdlib_code.py): each public top-level function with a docstring
+becomes its signature and docstring, no body; tests, private names and duplicates are left out; built once per
+Python."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import json
 
 import pytest
 
-from distill import stdlib_code
-from distill.prompts import read_prompts
+from distill.prompts import stdlib_code
+from distill.prompts.read import read_prompts
 
 MODULE = '''"""A module."""
 
@@ -86,7 +87,7 @@ PADDING = "\n# padding to the size of a long-context file\n" * 80
 
 
 def test_the_long_context_set_is_whole_files_none_of_whose_functions_is_a_training_stub(stdlib):
-    from distill import stdlib_files
+    from distill.prompts import stdlib_files
 
     (stdlib / "reader.py").write_text(CLASSES_ONLY + PADDING)
     (stdlib / "stats_long.py").write_text(MODULE + "\n# padding\n" * 250)  # big enough, but mean_of is a stub
@@ -107,7 +108,8 @@ def test_a_dataset_from_another_pythons_stdlib_code_is_refused_not_reused(micro_
     in its run directory nor lent to another one."""
     from distill.config import DataConfig, SamplingConfig, TargetConfig
     from distill.errors import DistillError
-    from distill.run import config_hash, distill
+    from distill.stage.manifest import config_hash
+    from distill.stage.run import distill
     from train.stages.run_dir import find_dataset
 
     root = tmp_path / "lib"

@@ -1,4 +1,4 @@
-"""distill.target_heads: the target's embeddings, final norm and lm_head read by name, without its layers."""
+"""distill.targets.heads: the target's embeddings, final norm and lm_head read by name, without its layers."""
 
 from types import SimpleNamespace
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from distill.config import TargetConfig
-from distill.target_heads import final_norm, load_target_heads
+from distill.targets.heads import final_norm, load_target_heads
 from train.errors import PipelineError
 from train.setups.base import offline_features
 

@@ -1,7 +1,7 @@
 """A rebuilt toy world is another target: its distilled data must not be lent to the new one under the same alias."""
 
 from distill.config import DataConfig, TargetConfig
-from distill.run import config_hash, input_identities
+from distill.stage.manifest import config_hash, input_identities
 
 
 def test_a_rebuilt_toy_world_changes_the_distill_hash(micro_world, monkeypatch):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from distill.features import final_hidden_states
+from distill.features.capture import final_hidden_states
 from eval.proposers.medusa import MedusaProposer
 from eval.sampling import SamplingParams
 from eval.speculative import Acceptance, speculative_generate

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from distill.features import layer_features
+from distill.features.capture import layer_features
 from eval.proposer import TargetFeatures
 from eval.proposers.peagle import PEagleProposer
 from eval.sampling import SamplingParams, probs_from_logits

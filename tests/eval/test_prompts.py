@@ -1,4 +1,4 @@
-"""One prompt reader (distill.prompts.read_prompts): the eval app, the pipeline's eval stage and distillation
+"""One prompt reader (distill.prompts.read.read_prompts): the eval app, the pipeline's eval stage and distillation
 read and template the same file alike, `turns` rows turn by turn with the target's own answers."""
 
 import json
@@ -7,11 +7,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from distill import chat
 from distill.config import DataConfig, SamplingConfig, TargetConfig
-from distill.prompts import load_conversations, read_prompts
-from distill.run import distill
-from distill.shards import load_distilled
+from distill.prompts import chat
+from distill.prompts.read import load_conversations, read_prompts
+from distill.stage.run import distill
+from distill.stage.shards import load_distilled
 from eval.config import EvalConfig
 from eval.errors import EvalError
 from eval.prompts import answered, measured_prompts, pending_turn, prompt_ids, prompt_messages, target_answers
@@ -89,7 +89,7 @@ def test_eval_reads_sharegpt_as_distillation_does_and_leaves_the_drafter_alone(
 
 
 def test_distillation_and_eval_cut_prompts_by_the_same_rule():
-    from distill.chat import prompt_messages as distill_prompt
+    from distill.prompts.chat import prompt_messages as distill_prompt
 
     u1, a1, u2 = CONVERSATIONS[1]
     for conversation in ([u1], [u1, a1], [u1, a1, u2], [u1, a1, u2, a1], [u1, a1, a1]):
@@ -101,7 +101,7 @@ def test_distillation_and_eval_encode_raw_text_alike_and_a_chat_row_needs_a_temp
     a chat row a template-less target cannot take, and both ways out."""
     from copy import deepcopy
 
-    from distill.chat import TEXT, encode_prompt
+    from distill.prompts.chat import TEXT, encode_prompt
     from eval.prompts import TEXT as EVAL_TEXT
 
     assert EVAL_TEXT == TEXT
@@ -222,8 +222,8 @@ def test_python_m_eval_reads_a_named_column_of_turns_and_reports_per_category(tm
 
 
 def test_distillation_and_eval_answer_owed_turns_by_the_same_rule():
-    from distill.chat import answered as distill_answered
-    from distill.chat import pending_turn as distill_pending
+    from distill.prompts.chat import answered as distill_answered
+    from distill.prompts.chat import pending_turn as distill_pending
 
     u1, a1, u2 = CONVERSATIONS[1]
     owed = {"role": "assistant", "content": None}

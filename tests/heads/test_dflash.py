@@ -174,7 +174,7 @@ def test_export_round_trip_gives_identical_proposals(tmp_path, target, prompt_id
     family.lint(out)
     loaded = family.load(out, target)
     ids = prompt_ids[0]
-    from distill.features import layer_features
+    from distill.features.capture import layer_features
 
     features, _ = layer_features(target, torch.tensor([ids[:-1]]), None, [1, 2])
     proposals = []

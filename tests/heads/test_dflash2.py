@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-from distill.features import layer_features
+from distill.features.capture import layer_features
 from eval.proposer import TargetFeatures
 from eval.proposers.dflash import DFlashProposer
 from eval.proposers.dflash2 import DFlash2Proposer

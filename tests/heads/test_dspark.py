@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-from distill.features import layer_features
+from distill.features.capture import layer_features
 from eval.errors import EvalError
 from eval.proposer import TargetFeatures
 from eval.proposers.dspark import DSparkProposer, kept_drafts

@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from distill.features import layer_features
+from distill.features.capture import layer_features
 from heads.config import Eagle1Config, Eagle3Config
 from heads.eagle import Eagle3Drafter
 from heads.errors import HeadsError
@@ -294,7 +294,7 @@ def test_training_time_test_memory_grows_linearly_in_steps(drafter, target):
 
 
 def test_eagle1_training_pass_equals_step_by_step_decoding(target, prompt_ids):
-    from distill.features import final_hidden_states
+    from distill.features.capture import final_hidden_states
     from heads.eagle1 import Eagle1Drafter
 
     torch.manual_seed(0)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from distill.features import final_hidden_states
+from distill.features.capture import final_hidden_states
 from eval.proposers.medusa import MedusaProposer
 from eval.sampling import SamplingParams
 from heads.config import MedusaConfig

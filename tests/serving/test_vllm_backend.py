@@ -6,8 +6,9 @@ import pytest
 
 from distill.config import DataConfig, SamplingConfig, TargetConfig
 from distill.errors import DistillError
-from distill.run import distill, read_manifest
-from distill.shards import load_distilled
+from distill.stage.manifest import read_manifest
+from distill.stage.run import distill
+from distill.stage.shards import load_distilled
 
 TARGET = TargetConfig(name_or_path="toyworld:micro")
 GREEDY = DataConfig(

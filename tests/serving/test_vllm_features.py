@@ -6,11 +6,11 @@ import shutil
 import pytest
 import torch
 
-import distill.vllm_features as vllm_features
+import distill.features.vllm as vllm_features
 from distill.config import TargetConfig
-from distill.feature_store import FeatureStore, write_features
-from distill.shards import load_distilled
-from distill.target_heads import load_target_heads
+from distill.features.store import FeatureStore, write_features
+from distill.stage.shards import load_distilled
+from distill.targets.heads import load_target_heads
 from tests.cli_runs import run_app
 
 pytestmark = pytest.mark.needs_vllm

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from distill.shards import load_distilled
+from distill.stage.shards import load_distilled
 from tests.cli_runs import run_app, run_push
 
 RUN = [

@@ -5,9 +5,9 @@ import torch
 
 from distill.config import DataConfig, SamplingConfig, TargetConfig
 from distill.errors import DistillError
-from distill.feature_store import FeatureStore, bytes_needed, write_features
-from distill.run import distill
-from distill.shards import load_distilled
+from distill.features.store import FeatureStore, bytes_needed, write_features
+from distill.stage.run import distill
+from distill.stage.shards import load_distilled
 from heads.config import Eagle1Config, Eagle3Config
 from heads.eagle import Eagle3Drafter
 from heads.vocab import build_draft_vocab, token_counts

@@ -3,7 +3,7 @@
 import pytest
 
 from distill.config import DataConfig
-from distill.heldout import heldout_indices
+from distill.prompts.heldout import heldout_indices
 from train.config import RunConfig
 from train.errors import PipelineError
 from train.eval_prompts import check_disjoint, eval_source, training_overlap

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from distill.config import DataConfig, SamplingConfig, TargetConfig
-from distill.run import distill
-from distill.shards import load_distilled
+from distill.stage.run import distill
+from distill.stage.shards import load_distilled
 from heads.config import DraftLMConfig, Eagle3Config
 from heads.draft_lm import DraftLM
 from heads.eagle import Eagle3Drafter
@@ -169,7 +169,7 @@ def test_on_policy_samples_and_batches_depend_on_seed_and_micro_step_only():
 def test_eagle_on_policy_steps_read_the_drafters_own_tokens(target, dataset, tokenizer):
     drafter, vocab = _eagle(target, dataset)
     batch = BatchOrder(dataset, 3, 512, tokenizer.pad_token_id, seed=0).batch(0) | {"micro_step": torch.tensor(0)}
-    from distill.features import layer_features
+    from distill.features.capture import layer_features
 
     features, _ = layer_features(target, batch["input_ids"], batch["attention_mask"], IDS)
     seen = []

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from distill.features import layer_features
+from distill.features.capture import layer_features
 from eval.config import EvalConfig
 from eval.proposers import load_proposer
 from eval.run import evaluate
@@ -100,7 +100,7 @@ def test_a_modelopt_trained_eagle3_is_measured_by_our_engine_losslessly(
     from datasets import Dataset
     from safetensors.torch import load_file
 
-    from distill.feature_store import FeatureStore, write_features
+    from distill.features.store import FeatureStore, write_features
     from heads.config import Eagle3Config
     from heads.eagle import Eagle3Drafter
     from heads.formats.speculators import load_speculators, save_speculators

@@ -10,8 +10,8 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from distill.errors import DistillError
-from distill.known_targets import KNOWN_TARGETS
-from distill.target import target_config
+from distill.targets.known import KNOWN_TARGETS
+from distill.targets.load import target_config
 from heads.config import DraftLMConfig, Eagle3Config, MedusaConfig
 from heads.draft_lm import DraftLM
 from heads.eagle import Eagle3Drafter

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from distill.target import eos_token_ids
+from distill.targets.load import eos_token_ids
 from eval.claims import DIGEST, figures_digest, samples_digest
 from heads.draft_lm import DraftLM
 from heads.families import write_provenance

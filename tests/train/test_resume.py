@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from distill.config import DataConfig, SamplingConfig, TargetConfig
-from distill.run import distill
-from distill.shards import load_distilled
+from distill.stage.run import distill
+from distill.stage.shards import load_distilled
 from heads.config import DraftLMConfig, MedusaConfig
 from heads.draft_lm import DraftLM
 from heads.medusa import MedusaHeads

@@ -50,7 +50,7 @@ def measure_on_held_out(run: Path, exports: dict, num_prompts: int | None = None
     import torch
 
     from distill.config import TargetConfig
-    from distill.target import eos_token_ids, load_target, load_tokenizer
+    from distill.targets.load import eos_token_ids, load_target, load_tokenizer
     from eval.config import EvalConfig
     from eval.measure_export import measure_exports
     from eval.report import read_samples

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from distill.features import layer_features, lm_head_input
+from distill.features.capture import layer_features, lm_head_input
 from heads.vocab import DraftVocab
 
 MANIFEST = "drafthub_peer.json"

@@ -19,7 +19,7 @@ import torch
 from omegaconf import OmegaConf
 
 from distill.config import TargetConfig
-from distill.target import eos_token_ids, load_target, load_tokenizer
+from distill.targets.load import eos_token_ids, load_target, load_tokenizer
 from eval.config import EvalConfig
 from eval.proposers import load_proposer
 from eval.report import SAMPLES, read_samples

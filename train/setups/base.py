@@ -15,8 +15,8 @@ from typing import Any, Callable, Optional, Protocol
 import torch
 from safetensors.torch import load_file
 
-from distill.feature_store import FeatureStore, store_dir, write_features
-from distill.target import eos_token_ids, padding_id
+from distill.features.store import FeatureStore, store_dir, write_features
+from distill.targets.load import eos_token_ids, padding_id
 from heads.vocab import DraftVocab, build_draft_vocab, pick_mask_token, token_counts
 from train.data import collate
 from train.distributed import launched_processes
@@ -143,7 +143,7 @@ def offline_features(ctx: TrainContext, layer_ids: list[int]) -> Optional[Featur
 
 def vllm_store(cfg, data_dir, heads: torch.nn.Module, dataset, layer_ids: list[int]) -> Path:
     """The feature store vLLM writes for `dataset` (resumable; the distill stage writes it when it can)."""
-    from distill.vllm_features import write_vllm_features
+    from distill.features.vllm import write_vllm_features
 
     root = store_dir(data_dir, layer_ids, cfg.target.name_or_path, "vllm")
     data = cfg.data

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from distill.features import layer_features
+from distill.features.capture import layer_features
 from heads.dflash import DFlashDrafter
 from train.losses import KD_LOSSES, kd_loss
 from train.setups.base import (

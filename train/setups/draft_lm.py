@@ -8,7 +8,7 @@ from typing import Optional
 
 import torch
 
-from distill.target import eos_token_ids, padding_id
+from distill.targets.load import eos_token_ids, padding_id
 from heads.draft_lm import DraftLM
 from train.losses import (
     LOSSES,
@@ -155,7 +155,7 @@ def meta_draft_lm(cfg, target, config) -> torch.nn.Module:
     if cfg.drafter.init:  # a pretrained draft LM: plan from its config.json likewise
         from transformers import AutoModelForCausalLM
 
-        from distill.target import target_config
+        from distill.targets.load import target_config
 
         drafter = AutoModelForCausalLM.from_config(target_config(cfg.drafter.init, cfg.target.trust_remote_code))
     else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from distill.features import final_hidden_states
+from distill.features.capture import final_hidden_states
 from heads.eagle1 import Eagle1Drafter
 from train.setups.base import Prepared, TrainContext, TrainingSetup, logits_bytes, offline_features, stored_logits
 from train.sharded_target import whole_embeddings

@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from distill.features import layer_features
+from distill.features.capture import layer_features
 from heads.eagle import Eagle3Drafter, eagle3_layer_ids
 from heads.vocab import build_draft_vocab
 from train.checkpoint import best_weights
@@ -62,7 +62,7 @@ class Eagle3TrainingTimeTest:
         on_policy: Optional[OnPolicy] = None,
         top_k: int = 0,
     ):
-        """store: a distill.feature_store.FeatureStore for offline features (then only the target's lm_head runs)."""
+        """store: a distill.features.store.FeatureStore for offline features (then only the target's lm_head runs)."""
         self.target, self.layer_ids, self.store = target, list(layer_ids), store
         self.ttt_steps, self.step_decay = ttt_steps, step_decay
         self.draft_ids = draft_ids  # (D,) target id of each draft id

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from distill.target import padding_id
+from distill.targets.load import padding_id
 from eval.metrics import predicted_speedup
 from heads.layer_skip import LayerSkipDrafter, decoder_layers, skipped_config, skipping
 from train.data import collate
@@ -196,7 +196,7 @@ def _meta_layer_skip(cfg, target, config) -> torch.nn.Module:
 
 
 def _activations_layer_skip(cfg, *, tokens, hidden, layer, vocab, act_bytes, target_bytes) -> tuple[float, float]:
-    from distill.target import target_config
+    from distill.targets.load import target_config
 
     if not cfg.drafter.fine_tune_steps:
         return 0.0, 0.0  # the search runs the target without gradients

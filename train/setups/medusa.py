@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from distill.features import final_hidden_states
-from distill.target import padding_id
+from distill.features.capture import final_hidden_states
+from distill.targets.load import padding_id
 from heads.medusa import MedusaHeads
 from heads.medusa_tree import build_tree, expected_tau, rank_accuracy
 from train.data import collate

@@ -7,7 +7,7 @@ upwards. The train stage then starts from one of its checkpoints instead of step
   batches, so with the same data the continued run ends with the weights of one uninterrupted run.
 - cosine: its last checkpoint, where the rate had decayed to 0; the rate rises again to the longer cosine's
   (a warm restart, said in one line: not the uninterrupted run's weights).
-The distill stage keeps the earlier run's answers and distils only the new prompts (distill/extend.py).
+The distill stage keeps the earlier run's answers and distils only the new prompts (distill/stage/extend.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from distill.extend import extendable, seed_shards
-from distill.run import read_manifest
+from distill.stage.extend import extendable, seed_shards
+from distill.stage.manifest import read_manifest
 from train.checkpoint import BEST_META, BEST_WEIGHTS, META, checkpoint_dirs
 from train.config import RunConfig, TrainerConfig
 from train.errors import PipelineError
@@ -128,7 +128,7 @@ def seed_checkpoints(plan: Continuation, ckpt_dir: Path, config_dict: dict) -> N
 
 def continued_dataset(cfg: RunConfig, data: Path, digest: str) -> bool:
     """Start this run's (empty) data directory from the continued run's answers: all of them when the data settings
-    are the same, else its full shards (distill/extend.py), the rest left to distil. Says which in one line;
+    are the same, else its full shards (distill/stage/extend.py), the rest left to distil. Says which in one line;
     False when this run continues none or none of its answers can be kept."""
     if not cfg.trainer.continue_from:
         return False

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from distill.shards import load_distilled
-from distill.target import eos_token_ids, load_target, load_tokenizer
+from distill.stage.shards import load_distilled
 from distill.targets import resolve_target
+from distill.targets.load import eos_token_ids, load_target, load_tokenizer
 from eval.claims import DIGEST, figures_digest
 from eval.measure_export import export_entry
 from eval.prompts import Answer, MeasuredPrompts, measured_prompts, prompt_room, target_answers

@@ -170,9 +170,9 @@ def _check_files(cfg: RunConfig) -> None:
 
 def _check_sample_counts(cfg: RunConfig, setup) -> None:
     """Settings that hold distilled samples out of training, and the batch, against the most samples distilling
-    can give (distill/sample_bound.py): refused before the target answers anything, not after (a bound: a run
+    can give (distill/prompts/sample_bound.py): refused before the target answers anything, not after (a bound: a run
     refused here could not have trained)."""
-    from distill.sample_bound import most_samples
+    from distill.prompts.sample_bound import most_samples
 
     if not {"distill", "train"} <= set(cfg.stages) or (most := most_samples(cfg.data)) is None:
         return
@@ -222,8 +222,8 @@ def _check_chat_template(cfg: RunConfig) -> None:
     reads raw text to continue: chat prompts and Magpie are refused now, naming the first chat row and the two ways
     out, not after minutes of dequantizing and loading. Prompts on the Hub are checked row by row as distill reads
     them."""
-    from distill.chat import NO_TEMPLATE, is_text
-    from distill.magpie import NEEDS_INSTRUCT, NO_MAGPIE_FIX
+    from distill.prompts.chat import NO_TEMPLATE, is_text
+    from distill.prompts.magpie import NEEDS_INSTRUCT, NO_MAGPIE_FIX
     from distill.targets import declared_tokenizer, source_of
 
     declared = declared_tokenizer(cfg.target)
@@ -244,8 +244,8 @@ def _check_chat_template(cfg: RunConfig) -> None:
 
 def _local_prompts(cfg: RunConfig, distils: bool):
     """(setting, conversations) of every prompt source read from this machine (files, prompt sets) a run uses."""
-    from distill.prompt_sets import is_prompt_set
-    from distill.prompts import load_conversations
+    from distill.prompts.read import load_conversations
+    from distill.prompts.sets import is_prompt_set
 
     evaluates = "eval" in cfg.stages
     sources = []
@@ -266,7 +266,7 @@ def _check_against_target(family, cfg: RunConfig) -> None:
 
     A target whose config cannot be read offline (a hub id not yet downloaded) is checked when the
     train stage loads it instead."""
-    from distill.target import target_config
+    from distill.targets.load import target_config
 
     try:
         config = target_config(cfg.target, cfg.target.trust_remote_code)
@@ -293,8 +293,8 @@ def _check_tokenizer(cfg: RunConfig, text_config) -> None:
 
     A toy world not built yet is not built here (minutes, before settings checked later could refuse the run):
     drafthub builds its tokenizer to fit."""
-    from distill.target import eos_token_ids_of, load_tokenizer
     from distill.targets import resolve_built_target
+    from distill.targets.load import eos_token_ids_of, load_tokenizer
 
     target = resolve_built_target(cfg.target)
     if target is None or not Path(target).is_dir():
@@ -453,7 +453,7 @@ def _check_launch(cfg: RunConfig, setup, kind: str) -> None:
 def _check_features(cfg: RunConfig) -> None:
     """drafter.features=vllm trains without the target's decoder layers: nothing may need its forward, and vLLM
     must be there to compute them."""
-    from distill.vllm_features import NEEDS_VLLM
+    from distill.features.vllm import NEEDS_VLLM
 
     if getattr(cfg.drafter, "features", None) != "vllm":
         return

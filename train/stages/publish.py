@@ -8,10 +8,10 @@ import json
 import time
 from pathlib import Path
 
-from distill.chat import tokenizer_hash
-from distill.shards import load_distilled
-from distill.target import load_tokenizer
+from distill.prompts.chat import tokenizer_hash
+from distill.stage.shards import load_distilled
 from distill.targets import resolve_target
+from distill.targets.load import load_tokenizer
 from eval.report import SAMPLES, read_samples
 from heads.families import get_family, write_provenance
 from heads.formats.fingerprint import LOAD_PLOT_FILE, served_files_hash

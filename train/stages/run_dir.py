@@ -96,7 +96,7 @@ def resolve_run_dir(cfg: RunConfig, cfg_dict: dict) -> Path:
         )
     base = Path("runs") / cfg.recipe_name
     if not cfg.new_run and base.exists():
-        from distill.run import config_hash, read_manifest
+        from distill.stage.manifest import config_hash, read_manifest
 
         wanted = output_settings(RunConfig, cfg_dict)
         for prev in sorted(base.iterdir(), reverse=True):
@@ -146,8 +146,8 @@ def changed_training(saved: dict, current: dict) -> list[str]:
 def find_dataset(config_hash: str, here: Path, data_cfg) -> Path | None:
     """A complete distilled dataset with this distill hash (and data_cfg's prompt sets' bytes) in another run
     directory (runs/*/*/data, or a sibling of this run), so that a trainer-only change does not distil again."""
-    from distill.prompt_set_bytes import changed_prompt_sets
-    from distill.run import read_manifest
+    from distill.prompts.set_bytes import changed_prompt_sets
+    from distill.stage.manifest import read_manifest
 
     candidates = [*Path("runs").glob("*/*/data"), *here.parent.parent.glob("*/data")]
     for data in sorted(set(candidates)):

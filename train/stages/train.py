@@ -10,10 +10,10 @@ from dataclasses import replace
 import torch
 from accelerate.utils import DistributedType
 
-from distill.shards import load_distilled
-from distill.target import load_tokenizer, padding_id
-from distill.target_heads import load_target_heads
+from distill.stage.shards import load_distilled
 from distill.targets import resolve_target
+from distill.targets.heads import load_target_heads
+from distill.targets.load import load_tokenizer, padding_id
 from heads.formats.staging import atomic_write_text, staged_directory
 from train.data import LengthCut, length_cut
 from train.distributed import assign_state, build_accelerator, check_batch_split, full_state_dict, launched_processes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from distill.target import eos_token_ids, padding_id
+from distill.targets.load import eos_token_ids, padding_id
 
 # Sampling settings at their no-op values, so that a target's generation_config cannot add to data.sampling.
 NEUTRAL = {

@@ -59,7 +59,7 @@ def prompt_messages(messages: list[dict]) -> list[dict]:
 
 
 def owes_answer(message: dict) -> bool:
-    """An assistant turn the target writes itself: content None. A `turns` row (distill/prompts.py) owes one
+    """An assistant turn the target writes itself: content None. A `turns` row (distill/prompts/read.py) owes one
     between each two of its user turns, answered turn by turn, as MT-Bench and Spec-Bench answer them."""
     return message["role"] == "assistant" and message.get("content") is None
 

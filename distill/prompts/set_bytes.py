@@ -12,7 +12,7 @@ from pathlib import Path
 from distill.config import DataConfig
 from distill.errors import DistillError
 from distill.inputs import file_digest
-from distill.prompt_sets import PROMPT_SETS, is_prompt_set
+from distill.prompts.sets import PROMPT_SETS, is_prompt_set
 
 
 def prompt_set_digests(data: DataConfig) -> dict[str, str]:

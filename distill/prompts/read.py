@@ -4,14 +4,14 @@ Sources: `toyworld`; a JSONL file (also gzipped, .jsonl.gz: HumanEval's layout);
 file without an extension (sniffed); a directory saved with `datasets`' save_to_disk (Dataset or DatasetDict); a
 dataset directory or HF hub name (`datasets.load_dataset`).
 
-Rows, by the first field they have: chat `messages`; ShareGPT `conversations` ({from, value}); `turns`, a list of
-user turns (MT-Bench, Spec-Bench, DeepSpec), which the target answers one after another, each prompt holding its own
-answers to the turns before (an owed answer is an assistant message with content None: distill/chat.py
-pending_turn); `prompt`, one user turn (HumanEval's code stub), answered by the row's `completion` where it has one
-(TRL's prompt-completion rows: the dataset's own answer, kept with data.regenerate=false); `text`, raw text the
-target continues untemplated (a base model's completion prompt; distill/chat.py TEXT), its `completion` likewise.
-A completion prompt set (COMPLETION_SETS: `stdlib_continue`, `humaneval_completion`) reads its `prompt` as such
-text. `<prompts setting>_column`
+Rows (distill/prompts/rows.py), by the first field they have: chat `messages`; ShareGPT `conversations` ({from,
+value}); `turns`, a list of user turns (MT-Bench, Spec-Bench, DeepSpec), which the target answers one after another,
+each prompt holding its own answers to the turns before (an owed answer is an assistant message with content None:
+distill/prompts/chat.py pending_turn); `prompt`, one user turn (HumanEval's code stub), answered by the row's
+`completion` where it has one (TRL's prompt-completion rows: the dataset's own answer, kept with
+data.regenerate=false); `text`, raw text the target continues untemplated (a base model's completion prompt;
+distill/prompts/chat.py TEXT), its `completion` likewise. A completion prompt set (COMPLETION_SETS:
+`stdlib_continue`, `humaneval_completion`) reads its `prompt` as such text. `<prompts setting>_column`
 (data.prompts_column, eval_prompts_column, prompts_column) names the column instead, read by what it holds: a
 string, a list of strings (turns), messages or ShareGPT turns. A row's `category` (Spec-Bench, MT-Bench) comes
 along, for eval's figures per category. OpenAI-style content parts ([{"type": "text", "text": ...}]) are joined on
@@ -28,36 +28,16 @@ import json
 import re
 import zlib
 from pathlib import Path
-from typing import BinaryIO, Iterable, Iterator, NamedTuple, Optional
+from typing import BinaryIO, Iterable, Iterator, Optional
 
-from distill.chat import ROLES, TEXT
 from distill.errors import DistillError
-from distill.prompt_sets import COMPLETION_SETS, PROMPT_SETS, PromptSet, is_prompt_set
+from distill.prompts.rows import CATEGORY, COMPLETION, FIELDS, NO_FIELD, Keys, Row, read_row
+from distill.prompts.sets import COMPLETION_SETS, PROMPT_SETS, PromptSet, is_prompt_set
 
-_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
-# the prompt field of a row, in order of preference
-_FIELDS = ("messages", "conversations", "turns", "prompt", "text")
-_NO_FIELD = "no 'messages', 'conversations' (ShareGPT), 'turns', 'prompt' or 'text' (raw text to continue)"
-COMPLETION = "completion"  # a `prompt` row's answer (TRL's prompt-completion datasets)
-CATEGORY = "category"  # a row's category (Spec-Bench, MT-Bench): eval reports its figures per category
 _SUFFIXES = ("", ".jsonl", ".json", ".parquet", ".jsonl.gz", ".json.gz")
 _SAVED = ("dataset_dict.json", "state.json")  # what save_to_disk leaves in a DatasetDict / Dataset directory
 _ICONV = "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
-
-
-class _Keys(NamedTuple):
-    prompts: str  # the setting naming the source, for messages
-    split: str  # the setting naming the split
-    column: Optional[str]  # the column holding the prompts; None = the first of _FIELDS a row has
-    completion: bool = False  # a completion prompt set: a row's `prompt` is raw text to continue
-
-    @property
-    def column_key(self) -> str:
-        return f"{self.prompts}_column"
-
-
-_Row = tuple[list[dict], Optional[str]]  # one row's messages and category
 
 
 def read_prompts(
@@ -82,7 +62,7 @@ def read_prompts(
         prompts_key, split_key: the settings the caller read source and split from, named in messages; the
             column's setting is named `<prompts_key>_column`.
     """
-    keys = _Keys(prompts_key, split_key, column)
+    keys = Keys(prompts_key, split_key, column)
     if is_prompt_set(source):
         rows = [row for name in source.split("+") for row in _prompt_set(name, keys)]
     elif source == "toyworld":
@@ -116,14 +96,14 @@ def load_conversations(
     ).conversations
 
 
-def _prompt_set(name: str, keys: _Keys) -> list[_Row]:
+def _prompt_set(name: str, keys: Keys) -> list[Row]:
     """A benchmark's rows, each category prefixed with the benchmark's name (`mt_bench/coding`; `humaneval`), so a
     report groups them by workload."""
     rows = _read_file(PROMPT_SETS[name](), keys._replace(completion=name in COMPLETION_SETS))
     return [(messages, f"{name}/{category}" if category else name) for messages, category in rows]
 
 
-def _read_source(source: str, split: Optional[str], keys: _Keys) -> list[_Row]:
+def _read_source(source: str, split: Optional[str], keys: Keys) -> list[Row]:
     path = Path(source).expanduser()
     suffix = _suffix(path)
     if path.is_dir():
@@ -157,7 +137,7 @@ def _open(path: Path) -> BinaryIO:
     return gzip.open(path, "rb") if path.suffix.lower() == ".gz" else path.open("rb")
 
 
-def _read_file(path: Path, keys: _Keys) -> list[_Row]:
+def _read_file(path: Path, keys: Keys) -> list[Row]:
     """A .jsonl(.gz), .json(.gz) or .parquet file; one without an extension is sniffed (parquet magic, JSONL, JSON)."""
     suffix = _suffix(path)
     with path.open("rb") as f:
@@ -186,7 +166,7 @@ def _not_utf8(where: str, byte: int, column: int) -> DistillError:
     return DistillError(f"{where} is not UTF-8 (byte 0x{byte:02x} at column {column}); {_ICONV}")
 
 
-def _read_jsonl(path: Path, keys: _Keys) -> list[_Row]:
+def _read_jsonl(path: Path, keys: Keys) -> list[Row]:
     if not path.is_file():
         raise DistillError(f"prompts file {path} does not exist; check {keys.prompts}")
     out = []
@@ -206,13 +186,13 @@ def _read_jsonl(path: Path, keys: _Keys) -> list[_Row]:
                 raise DistillError(
                     f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno}); fix or remove that line"
                 ) from None
-            out.append(_row(row, f"{path}:{lineno}", keys))
+            out.append(read_row(row, f"{path}:{lineno}", keys))
     if not out:
         raise DistillError(f'{path} holds no conversations; add lines of the form {{"messages": [...]}}')
     return out
 
 
-def _read_json(path: Path, keys: _Keys) -> list[_Row]:
+def _read_json(path: Path, keys: Keys) -> list[Row]:
     """A JSON list of rows (ShareGPT's layout), each named by the line it starts on."""
     with _open(path) as f:
         raw = f.read().removeprefix(b"\xef\xbb\xbf")
@@ -227,7 +207,7 @@ def _read_json(path: Path, keys: _Keys) -> list[_Row]:
             "(or one object per line, JSONL)"
         )
     try:
-        return [_row(row, f"{path}:{line}", keys) for line, row in _json_list(text, path)]
+        return [read_row(row, f"{path}:{line}", keys) for line, row in _json_list(text, path)]
     except json.JSONDecodeError as e:
         raise DistillError(f"{path}:{e.lineno}: malformed JSON ({e.msg} at column {e.colno}); fix the file") from None
 
@@ -258,7 +238,7 @@ def _json_list(text: str, path: Path) -> Iterator[tuple[int, object]]:
             raise json.JSONDecodeError("Expecting ',' delimiter or the list's end", text, pos)
 
 
-def _read_parquet(path: Path, keys: _Keys) -> list[_Row]:
+def _read_parquet(path: Path, keys: Keys) -> list[Row]:
     """Only the prompt column (and `category`) is read: UltraChat-like files carry other, larger columns."""
     import pyarrow
     import pyarrow.parquet as pq
@@ -276,7 +256,7 @@ def _read_parquet(path: Path, keys: _Keys) -> list[_Row]:
 # ---- datasets ----------------------------------------------------------------------------------------------------
 
 
-def _read_directory(path: Path, split: Optional[str], keys: _Keys) -> list[_Row]:
+def _read_directory(path: Path, split: Optional[str], keys: Keys) -> list[Row]:
     """save_to_disk output loads with load_from_disk (load_dataset refuses it); other directories as data files."""
     if not any((path / name).is_file() for name in _SAVED):
         return _read_dataset(str(path), split, keys, local=True)
@@ -291,7 +271,7 @@ def _read_directory(path: Path, split: Optional[str], keys: _Keys) -> list[_Row]
     return _read_table(saved, str(path), keys)
 
 
-def _read_dataset(name: str, split: Optional[str], keys: _Keys, local: bool) -> list[_Row]:
+def _read_dataset(name: str, split: Optional[str], keys: Keys, local: bool) -> list[Row]:
     """A directory of data files or a hub name, through `datasets.load_dataset`'s builder."""
     import datasets
 
@@ -325,7 +305,7 @@ def _cause(e: Exception) -> str:
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
 
 
-def _split_of(names: list[str], split: Optional[str], where: str, keys: _Keys) -> str:
+def _split_of(names: list[str], split: Optional[str], where: str, keys: Keys) -> str:
     if split is None and len(names) == 1:
         return names[0]
     if split is None:
@@ -335,170 +315,26 @@ def _split_of(names: list[str], split: Optional[str], where: str, keys: _Keys) -
     return split
 
 
-def _read_table(rows, where: str, keys: _Keys) -> list[_Row]:
+def _read_table(rows, where: str, keys: Keys) -> list[Row]:
     """Rows of a `datasets.Dataset`, reading only the prompt column (and `category`)."""
     return _read_rows(rows.select_columns(_columns_of(rows.column_names, where, keys)), f"{where} row", keys)
 
 
-def _columns_of(columns: list[str], where: str, keys: _Keys) -> list[str]:
-    """The columns to read of a table: the prompts' (the one named, else the first of _FIELDS), and `category`."""
+def _columns_of(columns: list[str], where: str, keys: Keys) -> list[str]:
+    """The columns to read of a table: the prompts' (the one named, else the first of FIELDS), and `category`."""
     if keys.column is not None and keys.column not in columns:
         raise DistillError(
             f"{where}: no column {keys.column!r}, only {sorted(columns)}; set {keys.column_key} to the one holding "
             "the prompts"
         )
-    field = keys.column or next((f for f in _FIELDS if f in columns), None)
+    field = keys.column or next((f for f in FIELDS if f in columns), None)
     if field is None:
         raise DistillError(
-            f"{where}: {_NO_FIELD} column; found {sorted(columns)}; set {keys.column_key} to the one holding "
-            "the prompts"
+            f"{where}: {NO_FIELD} column; found {sorted(columns)}; set {keys.column_key} to the one holding the prompts"
         )
     answer = [COMPLETION] if field in ("prompt", "text") and keys.column is None and COMPLETION in columns else []
     return [field, *answer, *([CATEGORY] if CATEGORY in columns and field != CATEGORY else [])]
 
 
-def _read_rows(rows: Iterable, where: str, keys: _Keys) -> list[_Row]:
-    return [_row(row, f"{where} {i}", keys) for i, row in enumerate(rows)]
-
-
-# ---- one row -----------------------------------------------------------------------------------------------------
-
-
-def _row(row, where: str, keys: _Keys) -> _Row:
-    """Validate one row; return its messages in {role, content} form and its category."""
-    if not isinstance(row, dict):
-        raise DistillError(f"{where}: expected a JSON object with a 'messages' list, got {type(row).__name__}")
-    return _prompt_of(row, where, keys), _category(row.get(CATEGORY), where)
-
-
-def _prompt_of(row: dict, where: str, keys: _Keys) -> list[dict]:
-    if keys.column is not None:
-        if keys.column not in row:
-            raise DistillError(
-                f"{where}: no field {keys.column!r}, only {sorted(row)}; set {keys.column_key} to the one holding "
-                "the prompts"
-            )
-        return _by_shape(row[keys.column], where, f"{where}: {keys.column!r} ({keys.column_key})")
-    if "messages" in row:
-        return _messages(row["messages"], where)
-    if "conversations" in row:  # ShareGPT
-        turns = row["conversations"]
-        if not isinstance(turns, list):
-            raise DistillError(f"{where}: 'conversations' must be a list of ShareGPT {{from, value}} turns")
-        # real ShareGPT dumps hold rows with no turns: an empty conversation, dropped and counted as one with no
-        # user turn (distill), or named as such (eval)
-        return [_sharegpt_turn(t, where) for t in turns]
-    if "turns" in row:
-        return _turns(row["turns"], f"{where}: 'turns'")
-    if "prompt" in row and keys.completion:  # a completion prompt set: its prompt is text to continue
-        return [{"role": TEXT, "content": row["prompt"]}, *_completion(row, where)]
-    if "prompt" in row:
-        if not isinstance(row["prompt"], str):
-            raise DistillError(
-                f"{where}: 'prompt' must be a string (one user turn), got {type(row['prompt']).__name__}; to read "
-                f"it by what it holds (turns, messages), set {keys.column_key}=prompt"
-            )
-        return [{"role": "user", "content": row["prompt"]}, *_completion(row, where)]
-    if "text" in row:
-        if not isinstance(row["text"], str) or not row["text"]:
-            raise DistillError(f"{where}: 'text' must be a non-empty string (raw text the target continues)")
-        return [{"role": TEXT, "content": row["text"]}, *_completion(row, where)]
-    raise DistillError(f"{where}: {_NO_FIELD} field; found {sorted(row)}; or set {keys.column_key}")
-
-
-def _completion(row: dict, where: str) -> list[dict]:
-    """A prompt-completion row's answer as the assistant's message (none without a `completion`)."""
-    if row.get(COMPLETION) is None:
-        return []
-    if not isinstance(row[COMPLETION], str):
-        raise DistillError(
-            f"{where}: 'completion' must be a string (the answer to 'prompt'), got {type(row[COMPLETION]).__name__}"
-        )
-    return [{"role": "assistant", "content": row[COMPLETION]}]
-
-
-def _by_shape(value, where: str, what: str) -> list[dict]:
-    """A named column's prompt, by what it holds: a string (one user turn), a list of strings (turns), messages or
-    ShareGPT turns."""
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return _turns(value, what)
-    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        if all("from" in v for v in value):
-            return [_sharegpt_turn(t, where) for t in value]
-        return _messages(value, where)
-    held = "an empty list" if value == [] else _a(type(value).__name__)
-    raise DistillError(
-        f"{what} holds {held}; a prompts column holds a string (one user turn), a list of strings (turns), "
-        "[{role, content}] messages or ShareGPT [{from, value}] turns"
-    )
-
-
-def _messages(messages, where: str) -> list[dict]:
-    """Chat messages in {role, content} form, each content a string (text parts joined)."""
-    if not isinstance(messages, list) or not messages:
-        raise DistillError(f"{where}: 'messages' must be a non-empty list of {{role, content}} objects")
-    out = []
-    for number, m in enumerate(messages, 1):
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise DistillError(
-                f"{where}: each message needs a role in {list(ROLES)} and a string content; got {m!r:.80}"
-            )
-        out.append({"role": m["role"], "content": _text(m.get("content"), f"{where}: message {number}")})
-    return out
-
-
-def _turns(turns, what: str) -> list[dict]:
-    """User turns, with an answer the target owes between each two (written turn by turn: chat.pending_turn)."""
-    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
-        if isinstance(turns, list) and turns:
-            got = f"a list holding {_a(next(type(t).__name__ for t in turns if not isinstance(t, str)))}"
-        else:
-            got = "an empty list" if turns == [] else _a(type(turns).__name__)
-        raise DistillError(f"{what} must be a non-empty list of strings, one per user turn; got {got}")
-    out = [{"role": "user", "content": turns[0]}]
-    for turn in turns[1:]:
-        out += [{"role": "assistant", "content": None}, {"role": "user", "content": turn}]
-    return out
-
-
-def _a(noun: str) -> str:
-    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
-
-
-def _category(category, where: str) -> Optional[str]:
-    if category is None or isinstance(category, str):
-        return category
-    if isinstance(category, (int, float)) and not isinstance(category, bool):  # a class label's index
-        return str(category)
-    raise DistillError(f"{where}: 'category' must be a string (e.g. \"writing\"), got {type(category).__name__}")
-
-
-def _sharegpt_turn(turn, where: str) -> dict:
-    if not isinstance(turn, dict) or turn.get("from") not in _SHAREGPT_ROLES or not isinstance(turn.get("value"), str):
-        raise DistillError(
-            f"{where}: each ShareGPT turn needs 'from' in {list(_SHAREGPT_ROLES)} and a string 'value'; "
-            f"got {turn!r:.80}"
-        )
-    return {"role": _SHAREGPT_ROLES[turn["from"]], "content": turn["value"]}
-
-
-def _text(content, where: str) -> str:
-    """A string content, or OpenAI-style text parts joined by newlines (as vLLM's chat server joins them)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise DistillError(f"{where} needs a string content (or a list of text parts); got {type(content).__name__}")
-    texts = []
-    for part in content:
-        part_type = part.get("type") if isinstance(part, dict) else type(part).__name__
-        if part_type == "text" and not isinstance(part.get("text"), str):
-            raise DistillError(f"{where} has a text part without a string 'text'; got {part!r:.80}")
-        if part_type != "text":
-            raise DistillError(
-                f"{where} has a content part of type {part_type!r}; only text parts "
-                '({"type": "text", "text": "..."}) are supported: drop the others or the conversation'
-            )
-        texts.append(part["text"])
-    return "\n".join(texts)
+def _read_rows(rows: Iterable, where: str, keys: Keys) -> list[Row]:
+    return [read_row(row, f"{where} {i}", keys) for i, row in enumerate(rows)]

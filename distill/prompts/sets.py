@@ -1,6 +1,6 @@
 """Prompt sets: what a prompt source reads into (PromptSet: conversations and their categories, taken in turn by
 category), and benchmarks' sets by name (`mt_bench`, `humaneval`; `mt_bench+humaneval` joins them), read offline
-from the packages that ship them; distill/prompts.py reads them wherever a prompt source goes. Completion sets
+from the packages that ship them; distill/prompts/read.py reads them wherever a prompt source goes. Completion sets
 (`stdlib_continue`, `humaneval_completion`) are code to continue, for base models: a llama.cpp user's code
 autocompletion."""
 
@@ -13,8 +13,8 @@ from typing import Callable, Optional
 
 from distill.errors import DistillError
 from distill.packaged import PackagedFile, packaged_file
-from distill.stdlib_code import stdlib_code_answers_file, stdlib_code_file
-from distill.stdlib_files import stdlib_files_file
+from distill.prompts.stdlib_code import stdlib_code_answers_file, stdlib_code_file
+from distill.prompts.stdlib_files import stdlib_files_file
 
 
 @dataclass(frozen=True)
@@ -56,14 +56,14 @@ MT_BENCH = PackagedFile(
 PROMPT_SETS: dict[str, Callable[[], Path]] = {
     "mt_bench": lambda: packaged_file(MT_BENCH),
     "humaneval": lambda: humaneval_file(),
-    "stdlib_code": lambda: stdlib_code_file(),  # training requests, not a benchmark (distill/stdlib_code.py)
+    "stdlib_code": lambda: stdlib_code_file(),  # training requests, not a benchmark (distill/prompts/stdlib_code.py)
     "stdlib_code_answers": lambda: stdlib_code_answers_file(),  # the same, with the stdlib's own functions
     "stdlib_files": lambda: stdlib_files_file(),  # long context: a module and a question (stdlib_files.py)
     # completion prompt sets (COMPLETION_SETS): the same stubs as raw code to continue, for base models
     "stdlib_continue": lambda: stdlib_code_file(),  # code autocompletion: training requests
     "humaneval_completion": lambda: humaneval_file(),  # HumanEval as Codex measured it: the stub, continued
 }
-# the sets whose `prompt` is raw text the target continues, untemplated (distill/prompts.py), not a user turn
+# the sets whose `prompt` is raw text the target continues, untemplated (distill/prompts/read.py), not a user turn
 COMPLETION_SETS = frozenset({"stdlib_continue", "humaneval_completion"})
 
 

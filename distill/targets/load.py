@@ -10,8 +10,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Pretra
 
 from distill.config import TargetConfig
 from distill.errors import DistillError
-from distill.known_targets import KNOWN_TARGETS
 from distill.targets import resolve_target, source_of, target_ref
+from distill.targets.known import KNOWN_TARGETS
 
 
 def torch_dtype(name: str):
@@ -52,7 +52,8 @@ def load_tokenizer(cfg: TargetConfig):
         ) from None
     if cfg.chat_template is not None:
         tokenizer.chat_template = cfg.chat_template
-    return tokenizer  # one without a template reads raw text; a chat prompt is refused naming its row (distill.chat)
+    # one without a template reads raw text; a chat prompt is refused naming its row (distill.prompts.chat)
+    return tokenizer
 
 
 def load_target(cfg: TargetConfig, device: torch.device | str | None = "cpu", *, setting: str = "target.name_or_path"):

@@ -2,10 +2,10 @@
 then a question about it. Answers quote the file (names, signatures, docstrings), so drafters that copy from the
 context are measured where a chat over a document puts them, with no dataset download.
 
-Only modules none of whose functions is a stdlib_code training stub are taken (distill/stdlib_code.py), so a drafter
-trained on those stubs has seen no line of these files as a request. Files of 2.5–7 KB (≈ 0.8–2 k tokens) fit a
-small model's context beside the answer. Built once per Python version into $DRAFTHUB_CACHE/prompt_sets/, in a fixed
-shuffled order, each file with one of the questions in turn.
+Only modules none of whose functions is a stdlib_code training stub are taken (distill/prompts/stdlib_code.py), so
+a drafter trained on those stubs has seen no line of these files as a request. Files of 2.5–7 KB (≈ 0.8–2 k tokens)
+fit a small model's context beside the answer. Built once per Python version into $DRAFTHUB_CACHE/prompt_sets/, in a
+fixed shuffled order, each file with one of the questions in turn.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import random
 from pathlib import Path
 
-from distill.stdlib_code import function_stubs, prompt_set_path, stdlib_modules, stdlib_root
+from distill.prompts.stdlib_code import function_stubs, prompt_set_path, stdlib_modules, stdlib_root
 from heads.formats.staging import atomic_write_text
 
 MIN_BYTES, MAX_BYTES = 2_500, 7_000

@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from distill import magpie
-from distill.chat import owes_answer
 from distill.config import DataConfig, PromptSource
-from distill.heldout import heldout_indices, holdout_active
-from distill.prompt_sets import is_prompt_set
-from distill.prompts import load_conversations
+from distill.prompts import magpie
+from distill.prompts.chat import owes_answer
+from distill.prompts.heldout import heldout_indices, holdout_active
+from distill.prompts.read import load_conversations
+from distill.prompts.sets import is_prompt_set
 
 
 def most_samples(data: DataConfig) -> Optional[int]:

@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from distill.errors import DistillError
-from distill.features import final_hidden_states, layer_and_final_features
+from distill.features.capture import final_hidden_states, layer_and_final_features
 from heads.formats.staging import atomic_write_text
 
 DTYPE = torch.bfloat16
