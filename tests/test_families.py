@@ -235,7 +235,10 @@ def test_each_export_is_recognised_as_its_own_family_loads_and_lints(kind, tmp_p
     out = tmp_path / "drafter"
     assert family_of_export(out) is family  # exactly one family recognises it
     family.lint(out)
-    assert family.load(out, target) is not None
+    drafter = family.load(out, target)  # raises where unusable; loads back as this family's drafter, weights whole
+    assert getattr(drafter, "kind", None) == kind, type(drafter).__name__
+    if isinstance(drafter, torch.nn.Module):
+        assert all(torch.isfinite(p).all() for p in drafter.parameters())
     for consumer in family.consumers:  # each engine's layout is written where it loads it from
         if consumer.optional:  # written only when asked for (publish.engines): tests/serving/test_llamacpp.py
             assert consumer.subdir is None or not (out / consumer.subdir).exists()
