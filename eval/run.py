@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
-from eval.config import SERVING_ENGINES, EvalConfig
+from eval.config import EvalConfig
 from eval.errors import EvalError
 from eval.measure import Contender, Measurements, measure_together
 from eval.profile import speculation_profile
 from eval.prompts import OVERLONG
 from eval.proposer import Proposer
 from eval.report import build_report, seal_report, write_report
+from eval.serving import server
 from eval.static_engine import ENGINES, Engine, choose_engine
 
 
@@ -71,8 +72,8 @@ def check_settings(cfg: EvalConfig) -> None:
         raise EvalError(f"eval.dynamic_tree needs depth, top_k and total_tokens ≥ 1, got {t}")
     if cfg.batch_size < 1:
         raise EvalError("eval.batch_size must be ≥ 1")
-    if cfg.serve is not None and cfg.serve not in SERVING_ENGINES:
-        raise EvalError(f"eval.serve={cfg.serve!r} is not a serving engine; use one of {list(SERVING_ENGINES)} or null")
+    if cfg.serve is not None:
+        server(cfg.serve)  # an engine drafthub serves with, or one line naming those it does
     if cfg.serve and (cfg.temperature > 0 or cfg.acceptance != "exact"):
         raise EvalError(
             "eval.serve=vllm compares greedy decoding token for token; "
@@ -156,8 +157,6 @@ class Entry:
     cfg: EvalConfig
     names: dict
     out_dir: Optional[str | Path] = None
-    served: Optional[Callable[[list, list, dict], dict]] = None
-    under_load: Optional[Callable[[list], dict]] = None
 
 
 def evaluate(
@@ -170,19 +169,15 @@ def evaluate(
     names: dict,
     *,
     out_dir=None,
-    served: Optional[Callable[[list, list, dict], dict]] = None,
-    under_load: Optional[Callable[[list], dict]] = None,
     progress: bool = True,
     categories: Optional[list[Optional[str]]] = None,
 ) -> dict:
     """Measure a drafter on `prompts` (token ids); return the report and write it to out_dir when given.
 
-    names: {"target", "drafter", "kind", ...} for the report. served(prompts, the target's greedy outputs,
-    report): its result becomes the report's `served` section (eval.serve=vllm). under_load(prompts): the
-    `serving_load` section (eval.serve_load). progress: a progress bar.
-    categories: per prompt, its category (None: none given); the report then gives figures per category.
-    """
-    entry = Entry(proposer, cfg, names, out_dir, served, under_load)
+    names: {"target", "drafter", "kind", ...} for the report. progress: a progress bar. categories: per prompt, its
+    category (None: none given); the report then gives figures per category. An export served by an engine and under
+    load is measured by eval/measure_export.py, which runs this, then the served checks."""
+    entry = Entry(proposer, cfg, names, out_dir)
     return evaluate_together(target, [entry], prompts, eos_ids, vocab_size, progress=progress, categories=categories)[0]
 
 
@@ -197,8 +192,24 @@ def evaluate_together(
     categories: Optional[list[Optional[str]]] = None,
 ) -> list[dict]:
     """Several drafters measured in one interleaved run against one shared baseline (eval/measure.py): each gets
-    its own report, as `evaluate` would write it, naming the others it shared the baseline with. Their settings
-    may differ in what drafting alone reads (γ, the sweep, trees, serving), not in what the baseline decodes."""
+    its own report, as `evaluate` would write it, naming the others it shared the baseline with."""
+    measured = measure_reports(target, entries, prompts, eos_ids, vocab_size, progress=progress, categories=categories)
+    return [finish_report(entry, report, m) for entry, (report, m) in zip(entries, measured)]
+
+
+def measure_reports(
+    target,
+    entries: list[Entry],
+    prompts: list[list[int]],
+    eos_ids: set[int],
+    vocab_size: int,
+    *,
+    progress: bool = True,
+    categories: Optional[list[Optional[str]]] = None,
+) -> list[tuple[dict, Measurements]]:
+    """Each drafter's report, built but not sealed, and its measurements: what a caller adds sections to (the served
+    checks) before finish_report seals and writes it. Their settings may differ in what drafting alone reads (γ,
+    the sweep, trees, serving), not in what the baseline decodes."""
     for e in entries:
         check_settings(e.cfg)
     cfg = entries[0].cfg
@@ -214,25 +225,21 @@ def evaluate_together(
     contenders = [Contender(e.proposer, e.cfg, gammas) for e, gammas in zip(entries, plans)]
     measured = measure_together(target, contenders, engine, warmup, prompts, eos_ids, vocab_size, categories, progress)
     kinds = [e.names.get("kind") for e in entries]
-    return [
-        _finish(e, m, engine, [k for j, k in enumerate(kinds) if j != i])
-        for i, (e, m) in enumerate(zip(entries, measured))
-    ]
+    built = []
+    for i, (e, m) in enumerate(zip(entries, measured)):
+        report = build_report(m, e.cfg, e.names, engine)
+        others = [k for j, k in enumerate(kinds) if j != i]
+        if others:
+            report["shared_baseline_with"] = others  # measured in one interleaved run: one baseline for all
+        built.append((report, m))
+    return built
 
 
-def _finish(entry: Entry, measured: Measurements, engine: Engine, others: list) -> dict:
-    """One drafter's report from its measurements: its served and load checks, profile and seal; written where asked."""
-    cfg = entry.cfg
-    report = build_report(measured, cfg, entry.names, engine)
-    if others:
-        report["shared_baseline_with"] = others  # measured in one interleaved run: one baseline for all
-    # served reads the finished figures, and the seal binds its verdict: after build_report, before seal_report
-    if entry.served is not None:
-        report["served"] = entry.served(measured.prompts, measured.ar.outputs, report)
-    if entry.under_load is not None:
-        report["serving_load"] = entry.under_load(measured.prompts)
+def finish_report(entry: Entry, report: dict, measured: Measurements) -> dict:
+    """The report with its profile and seal (binding every section added since measure_reports: the served
+    verdicts), written where asked."""
     report["speculation_profile"] = speculation_profile(report, measured.prompts)
-    samples = seal_report(report, measured, cfg.num_speculative_tokens)
+    samples = seal_report(report, measured, entry.cfg.num_speculative_tokens)
     if entry.out_dir is not None:
         write_report(entry.out_dir, report, samples)
     return report

@@ -292,10 +292,8 @@ def test_one_gamma_reaches_users(tmp_path, target, tokenizer):
 
 
 def test_every_engine_the_served_check_starts_is_a_consumer_families_list():
-    from eval.config import SERVING_ENGINES
     from eval.serving import SERVERS
 
-    assert set(SERVERS) == set(SERVING_ENGINES)
     for engine, module in SERVERS.items():
         assert module.ENGINE == engine
         assert any(c.engine == engine and c.checked for f in FAMILIES.values() for c in f.consumers)

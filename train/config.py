@@ -12,8 +12,9 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING, OmegaConf
 
-from distill.config import NO_EFFECT, DataConfig, TargetConfig
+from distill.config import DataConfig, TargetConfig
 from eval.config import EvalConfig
+from heads.settings import NO_EFFECT
 
 STAGES = ("distill", "train", "eval", "publish")
 

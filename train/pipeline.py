@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from distill.config import output_settings
 from distill.errors import DistillError
 from distill.inputs import hub_commit, source_identity
 from distill.lock import exclusive
@@ -34,6 +33,7 @@ from eval.errors import EvalError
 from heads.errors import HeadsError
 from heads.families import get_family
 from heads.formats.staging import atomic_write_text
+from heads.settings import output_settings
 from train.config import PublishConfig, RunConfig, TrainerConfig
 from train.errors import PipelineError
 from train.setups import training_setup

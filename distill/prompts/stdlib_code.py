@@ -24,7 +24,7 @@ import textwrap
 from pathlib import Path
 from typing import Iterator
 
-from distill.inputs import cache_root
+from heads.cache import cache_root
 from heads.formats.staging import atomic_write_text
 
 SKIPPED = ("test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip", "site-packages", "pydoc_data")

@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from distill.config import DataConfig, TargetConfig, output_settings
+from distill.config import DataConfig, TargetConfig
 from distill.inputs import hub_commit, source_identity, target_identity
 from distill.prompts.chat import tokenizer_hash
 from distill.prompts.set_bytes import prompt_set_digests
@@ -16,6 +16,7 @@ from distill.stage.examples import TOO_LONG
 from distill.stage.shards import load_distilled
 from distill.targets import source_identity_of, target_ref
 from heads.formats.staging import atomic_write_text
+from heads.settings import output_settings
 
 MANIFEST = "manifest.json"
 

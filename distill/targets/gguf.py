@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Optional
 
 from distill.errors import DistillError
-from distill.inputs import cache_root, file_digest
+from distill.inputs import file_digest
 from distill.targets.gguf_header import GgufHeader, read_header
+from heads.cache import cache_root
 
 SUFFIX = ".gguf"
 

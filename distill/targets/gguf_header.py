@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Optional
 
 from distill.errors import DistillError
-from distill.inputs import cache_root, file_digest
+from distill.inputs import file_digest
+from heads.cache import cache_root
 
 FORMAT = 2  # bump when the facts kept change: older records are read again from the file
 # the roles the file gives token ids: tokenizer.ggml.<key>_token_id (llama.cpp spells "seperator")

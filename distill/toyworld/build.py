@@ -23,11 +23,11 @@ from filelock import FileLock
 from transformers import PreTrainedTokenizerFast
 
 from distill.device import default_device
-from distill.inputs import cache_root
 from distill.toyworld import corpus, tasks
 from distill.toyworld.config import SIZES, WorldConfig
 from distill.toyworld.target import build_target, heldout_loss, train_target
 from distill.toyworld.tokenizer import train_tokenizer
+from heads.cache import cache_root
 from heads.formats.staging import atomic_write_text
 
 BUILDER_VERSION = 2  # bump when the build procedure changes what it produces

@@ -8,13 +8,11 @@ config the model card prints for it.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from eval.config import EvalConfig
 from eval.errors import EvalError
-from eval.run import evaluate
 from eval.serving import llamacpp, vllm
 
 SERVERS = {vllm.ENGINE: vllm, llamacpp.ENGINE: llamacpp}
@@ -55,42 +53,30 @@ def preflight(cfg: EvalConfig, export_dir: str | Path) -> None:
         check_servers_answer(cfg)
 
 
-def served_hook(
+def served_section(
     cfg: EvalConfig,
     *,
     target_model,
     target_path: str,
     export_dir: str | Path,
-    chain_proposer: Callable[[], object],
+    prompts: list[list[int]],
+    reference: list[list[int]],
+    ours: dict,
     eos_ids: set[int],
-    vocab_size: int,
     trust_remote_code: bool = False,
-) -> Callable[[list, list, dict], dict]:
-    """The `served` callable `evaluate` runs before writing its report (eval.serve=ENGINE).
-
-    Args:
-        export_dir: the export directory the engine serves (the one our engine measured, as published).
-        chain_proposer: builds a chain proposer, for our chain figures when the report is a tree's
-            (vLLM serves chains).
-    """
-
-    def served(prompts: list[list[int]], reference: list[list[int]], report: dict) -> dict:
-        ours = report
-        if report["settings"]["tree"] is not None:
-            chain_cfg = replace(cfg, tree=None, gamma_sweep=[], warmup_prompts=0, serve=None)
-            ours = evaluate(target_model, chain_proposer(), prompts, chain_cfg, eos_ids, vocab_size, {})
-        dtype = str(next(target_model.parameters()).dtype).removeprefix("torch.")
-        return server(cfg.serve).served_check(
-            target_path,
-            export_dir,
-            prompts,
-            reference=reference,
-            ours=ours,
-            cfg=cfg,
-            eos_ids=eos_ids,
-            dtype=dtype,
-            trust_remote_code=trust_remote_code,
-            target_model=target_model,
-        )
-
-    return served
+) -> dict:
+    """The report's `served` section (eval.serve=ENGINE): export_dir served by the engine on `prompts`, compared
+    with the target's greedy outputs (`reference`) and with `ours`, our engine's chain report of the same prompts."""
+    dtype = str(next(target_model.parameters()).dtype).removeprefix("torch.")
+    return server(cfg.serve).served_check(
+        target_path,
+        export_dir,
+        prompts,
+        reference=reference,
+        ours=ours,
+        cfg=cfg,
+        eos_ids=eos_ids,
+        dtype=dtype,
+        trust_remote_code=trust_remote_code,
+        target_model=target_model,
+    )

@@ -4,9 +4,8 @@ import pytest
 import torch
 
 from eval.config import EvalConfig
+from eval.measure_export import measure_export
 from eval.proposers import load_proposer
-from eval.run import evaluate
-from eval.serving import served_hook
 from eval.serving.base import served_figures, verdict
 from heads.config import DraftLMConfig, MedusaConfig, SuffixConfig
 from heads.draft_lm import DraftLM
@@ -114,18 +113,11 @@ def _serve(target, tokenizer, micro_world, drafter_dir, prompt_ids, cfg=CFG, ser
     target_dir (default: the micro world's)."""
     kind = family_of_export(drafter_dir).kind
     proposer, _ = load_proposer(drafter_dir, target, len(tokenizer), cfg, "cpu")
-    chain = lambda: load_proposer(drafter_dir, target, len(tokenizer), EvalConfig(), "cpu")[0]  # noqa: E731
-    eos = {tokenizer.eos_token_id}
-    served = served_hook(
-        cfg,
-        target_model=target,
-        target_path=str(target_dir or micro_world.target_dir),
-        export_dir=served_dir or drafter_dir,
-        chain_proposer=chain,
-        eos_ids=eos,
-        vocab_size=len(tokenizer),
+    names = {"kind": kind, "target": str(target_dir or micro_world.target_dir)}
+    eos, vocab = {tokenizer.eos_token_id}, len(tokenizer)
+    return measure_export(
+        target, proposer, served_dir or drafter_dir, prompt_ids, cfg, names, vocab_size=vocab, eos_ids=eos
     )
-    return evaluate(target, proposer, prompt_ids, cfg, eos, len(tokenizer), {"kind": kind}, served=served)
 
 
 @needs_vllm

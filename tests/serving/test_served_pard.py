@@ -3,9 +3,8 @@
 import pytest
 import torch
 
+from eval.measure_export import measure_export
 from eval.proposers import load_proposer
-from eval.run import evaluate
-from eval.serving import served_hook
 from heads.config import PardConfig
 from heads.pard import PardDrafter
 from tests.eval.fitting import fit, sampled_text
@@ -28,16 +27,8 @@ def test_vllm_serves_the_pard_export_as_our_engine_runs_it(tmp_path, target, tok
     out = export(drafter, tmp_path / "drafter", tokenizer=tokenizer)  # no "eagle"/"dflash" in the path (§1)
     proposer, kind = load_proposer(out, target, len(tokenizer), CFG, "cpu")
     eos = {tokenizer.eos_token_id}
-    served = served_hook(
-        CFG,
-        target_model=target,
-        target_path=str(micro_world.target_dir),
-        export_dir=out,
-        chain_proposer=lambda: proposer,
-        eos_ids=eos,
-        vocab_size=len(tokenizer),
-    )
-    report = evaluate(target, proposer, prompt_ids, CFG, eos, len(tokenizer), {"kind": kind}, served=served)
+    names = {"kind": kind, "target": str(micro_world.target_dir)}
+    report = measure_export(target, proposer, out, prompt_ids, CFG, names, vocab_size=len(tokenizer), eos_ids=eos)
     served = report["served"]
     assert served["method"] == "draft_model" and served["equal_prompts"] == len(prompt_ids)
     assert served["verdict"] == "ok", served["reason"]

@@ -3,8 +3,8 @@ and must redo them once it is set."""
 
 from dataclasses import asdict, dataclass, field
 
-from distill.config import ADDED, output_settings
 from heads.config import DraftLMConfig
+from heads.settings import ADDED, output_settings
 from train.config import RunConfig
 from train.pipeline import stage_hashes
 

@@ -10,10 +10,9 @@ from distill.stage.shards import load_distilled
 from distill.targets import resolve_target
 from distill.targets.load import eos_token_ids, load_target, load_tokenizer
 from eval.claims import DIGEST, figures_digest
-from eval.measure_export import export_entry
+from eval.measure_export import export_entry, measure_together
 from eval.prompts import Answer, MeasuredPrompts, measured_prompts, prompt_room, target_answers
 from eval.proposers import load_proposer
-from eval.run import evaluate_together
 from eval.vocabulary import tokenizer_matches
 from heads.families import ExportJob, Family, get_family
 from heads.formats.fingerprint import served_files_hash
@@ -118,7 +117,7 @@ def eval_stage(run: Run) -> dict:
 def eval_stages(runs: list[Run]) -> list[dict]:
     """The eval stage of runs that share a target and eval prompts (a bake-off's contenders): the target loaded
     once, the prompts built once, and every drafter whose report is not still valid measured in one interleaved
-    run against one shared baseline (eval.run.evaluate_together). Each report lands in its own run's eval/."""
+    run against one shared baseline (eval.measure_export.measure_together). Each report lands in its own run's eval/."""
     families = [get_family(run.cfg.drafter.kind) for run in runs]
     reports = [_valid_report(run, family) for run, family in zip(runs, families)]
     todo = [(run, family) for run, family, report in zip(runs, families, reports) if report is None]
@@ -143,8 +142,8 @@ def eval_stages(runs: list[Run]) -> list[dict]:
     for (proposer, kind), (export_sha256, run) in zip(loaded, exported):
         overlap = prompt_overlap(run, prompts.ids[: run.cfg.eval.num_prompts], measured["what"])  # its data
         names = _names(run, kind, export_sha256, measured | overlap, tokenizer)
-        entries.append(_entry(run, target, proposer, names, vocab_size, eos_ids))
-    new = iter(evaluate_together(target, entries, prompts.ids, eos_ids, vocab_size, categories=prompts.categories))
+        entries.append(_entry(run, proposer, names))
+    new = iter(measure_together(target, entries, prompts.ids, eos_ids, vocab_size, categories=prompts.categories))
     return [report if report is not None else next(new) for report in reports]
 
 
@@ -212,17 +211,14 @@ def _names(run: Run, kind: str, export_sha256: str, measured: dict, tokenizer) -
     }
 
 
-def _entry(run: Run, target, proposer, names: dict, vocab_size: int, eos_ids: set[int]):
+def _entry(run: Run, proposer, names: dict):
     """The run's export as one drafter of the measurement, its report written to the run's eval/."""
     cfg = run.cfg
     return export_entry(
-        target,
         proposer,
         run.paths.drafter,
         cfg.eval,
         names,
-        vocab_size=vocab_size,
-        eos_ids=eos_ids,
         out_dir=run.paths.eval,
         serve_target=resolve_target(cfg.target),  # a loadable path, not a toy world's alias
         trust_remote_code=cfg.target.trust_remote_code,

@@ -9,9 +9,8 @@ from pathlib import Path
 
 from distill.config import DATA_SOURCES
 from distill.errors import DistillError
-from eval.config import SERVING_ENGINES
 from eval.proposers import check_eval_settings
-from eval.serving import missing_reason
+from eval.serving import SERVERS, missing_reason
 from eval.serving.load import check_servers_answer
 from eval.vocabulary import tokenizer_matches
 from heads.families import get_family
@@ -56,12 +55,12 @@ def check_run(cfg: RunConfig) -> None:
         raise PipelineError(f"bakeoff.own={cfg.bakeoff.own} is not one of bakeoff.recipes={cfg.bakeoff.recipes}")
     if cfg.bakeoff.publish not in ("all", "best"):
         raise PipelineError(f"bakeoff.publish={cfg.bakeoff.publish!r}; use all (every contender) or best")
-    if cfg.bakeoff.serve not in ("auto", "off", *SERVING_ENGINES):
+    if cfg.bakeoff.serve not in ("auto", "off", *SERVERS):
         raise PipelineError(
             f"bakeoff.serve={cfg.bakeoff.serve!r}; use auto (served check where vLLM is installed), "
-            f"one of {list(SERVING_ENGINES)}, or off"
+            f"one of {list(SERVERS)}, or off"
         )
-    if cfg.bakeoff.recipes and cfg.bakeoff.serve in SERVING_ENGINES and missing_reason(cfg.bakeoff.serve):
+    if cfg.bakeoff.recipes and cfg.bakeoff.serve in SERVERS and missing_reason(cfg.bakeoff.serve):
         raise PipelineError(f"bakeoff.serve={cfg.bakeoff.serve}: {missing_reason(cfg.bakeoff.serve)}, or set it off")
     unknown = sorted(set(cfg.bakeoff.overrides) - {"all", *cfg.bakeoff.recipes})
     if unknown:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from distill.config import output_settings
+from heads.settings import output_settings
 from train.config import RunConfig
 from train.distributed import launched_processes
 from train.errors import PipelineError
