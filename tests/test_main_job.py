@@ -120,11 +120,10 @@ def test_every_smollm2_bakeoff_contender_fits_smollm2(smollm2, tmp_path):
     from omegaconf import OmegaConf
 
     from heads.families import FAMILIES
-    from train.bakeoff import contender_config
-    from train.pipeline import _check_contenders
+    from train.bakeoff.contenders import check_contenders, contender_config
 
     shared = _composed("smollm2_bakeoff")
-    _check_contenders(shared, tmp_path, None)  # raises naming the first contender that does not fit
+    check_contenders(shared, tmp_path, None)  # raises naming the first contender that does not fit
     eagle_layers = _eagle_layers(_composed("smollm2").drafter)
     recipes = shared.bakeoff.recipes
     runs = {n: OmegaConf.to_object(contender_config(n, shared, tmp_path / n, serve=None)) for n in recipes}

@@ -22,6 +22,7 @@ def main(cfg) -> None:
     from distill.lock import LockHeld
     from eval.errors import EvalError
     from heads.errors import HeadsError
+    from train.bakeoff.run import run_bakeoff
     from train.pipeline import PipelineError, run_pipeline
     from train.planner import PlanError
     from train.registry.gate import PublishError, require_hub_token
@@ -29,7 +30,7 @@ def main(cfg) -> None:
     try:
         if cfg.publish.repo_id and "publish" in cfg.stages and not cfg.dry_run:
             require_hub_token()  # now, not after hours of training: the upload is the run's last step
-        results = run_pipeline(cfg)
+        results = run_bakeoff(cfg) if cfg.bakeoff.recipes else run_pipeline(cfg)  # a bake-off drives pipelines
     except (DistillError, EvalError, HeadsError, LockHeld, PipelineError, PlanError, PublishError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -13,13 +13,12 @@ import hashlib
 import json
 import os
 import time
-from contextlib import ExitStack, nullcontext
-from pathlib import Path
+from contextlib import ExitStack, contextmanager, nullcontext
+from typing import Iterator, Optional
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from distill.errors import DistillError
 from distill.inputs import hub_commit, source_identity
 from distill.lock import exclusive
 from distill.prompts.chat import template_text
@@ -29,8 +28,6 @@ from distill.stage.run import distill
 from distill.stage.shards import load_distilled
 from distill.targets.heads import load_target_heads
 from eval.config import EvalConfig
-from eval.errors import EvalError
-from heads.errors import HeadsError
 from heads.families import get_family
 from heads.formats.staging import atomic_write_text
 from heads.settings import output_settings
@@ -79,7 +76,7 @@ def stage_hashes(cfg: RunConfig, cfg_dict: dict) -> dict[str, str]:
     }
 
 
-def _distill_stage(run: Run) -> dict:
+def distill_stage(run: Run) -> dict:
     """The target's answers; with drafter.features=vllm also their features, while this process holds the GPUs."""
     _reuse_or_announce(run)
     summary = distill(run.cfg.target, run.cfg.data, run.paths.data, run.device)
@@ -122,14 +119,14 @@ def _reuse_or_announce(run: Run) -> None:
         print(f"[distill] distilling: no finished dataset with these prompts, target and settings (hash {digest})")
 
 
-STAGE_RUNNERS = {"distill": _distill_stage, "train": train_stage, "eval": eval_stage, "publish": publish_stage}
+STAGE_RUNNERS = {"distill": distill_stage, "train": train_stage, "eval": eval_stage, "publish": publish_stage}
 
 
 def _main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _device(cfg: RunConfig) -> torch.device:
+def device_of(cfg: RunConfig) -> torch.device:
     return torch.device(cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
@@ -147,15 +144,16 @@ def eval_together(configs: list[DictConfig]) -> list[dict]:
             locks.enter_context(exclusive(paths.root, "run directory"))
             check_ownership(paths, cfg_dict)
             hashes = stage_hashes(cfg, cfg_dict)
-            runs.append(Run(cfg, cfg_dict, paths, _device(cfg), hashes["eval"], hashes))
+            runs.append(Run(cfg, cfg_dict, paths, device_of(cfg), hashes["eval"], hashes))
         t0 = time.perf_counter()
         reports = eval_stages(runs)
         print(f"[eval] together: done in {time.perf_counter() - t0:.1f}s")
         return reports
 
 
-def run_pipeline(config) -> dict:
-    """Run the stages of `config` (a Hydra DictConfig or a RunConfig) in order; return {stage: summary}."""
+def resolve_run(config) -> tuple[DictConfig, RunConfig, Optional[dict]]:
+    """The run's settings (a Hydra DictConfig or a RunConfig), a template file read into them and every setting
+    checked (preflight); with dry_run=true also the plan, printed (the run then stops: its result, else None)."""
     dict_config = config if isinstance(config, DictConfig) else OmegaConf.structured(config)
     if dict_config.target.chat_template:  # a template file: its text, in the settings the run hashes and records
         dict_config.target.chat_template = template_text(dict_config.target.chat_template)
@@ -165,13 +163,21 @@ def run_pipeline(config) -> dict:
         print(
             f"plan for recipe {cfg.recipe_name}: {cfg.drafter.kind} is training-free; there is nothing to train or plan"
         )
-        return {"plan": {"fits": True}}
+        return dict_config, cfg, {"plan": {"fits": True}}
     if cfg.dry_run:  # before anything touches the disk, the network or an engine
         from train.planner import plan_run, render_plan
 
         plan = plan_run(cfg)
         print(render_plan(plan))
-        return {"plan": plan}
+        return dict_config, cfg, {"plan": plan}
+    return dict_config, cfg, None
+
+
+@contextmanager
+def run_directory(dict_config: DictConfig, cfg: RunConfig) -> Iterator[tuple[dict, RunPaths]]:
+    """The run's directory, held for the run (one run per directory: the main process holds the lock, launched
+    peers are the same run), refused where another run owns it, its debris cleared, its inputs no earlier stage
+    writes present, and its resolved config written; yields the resolved settings and the paths."""
     cfg_dict = OmegaConf.to_container(dict_config, resolve=True)
     continuation = plan_continuation(cfg, cfg_dict)  # the earlier run's settings and checkpoints, before any stage
     paths = RunPaths(resolve_run_dir(cfg, cfg_dict))
@@ -180,50 +186,40 @@ def run_pipeline(config) -> dict:
             f"trainer.continue_from is this run's own directory {paths.root}; a continuation writes a run of its "
             "own: leave run_dir unset, or give another"
         )
-    # One run per directory: the main process holds the lock (launched peers are the same run).
     with exclusive(paths.root, "run directory") if _main_process() else nullcontext():
-        return _run_stages(cfg, cfg_dict, dict_config, paths)
+        if _main_process():
+            check_ownership(paths, cfg_dict)  # before anything is written: another run's directory is refused
+            clean_debris(paths.root)
+            if not cfg.bakeoff.recipes:  # each contender's run checks its own
+                hashes = stage_hashes(cfg, cfg_dict)
+                check_stage_inputs(Run(cfg, cfg_dict, paths, device_of(cfg), hashes["eval"], hashes))
+            # The main process alone writes the resolved config (its launched peers hold the same one): a peer's
+            # temporary file could otherwise be taken for a killed write's and removed by clean_debris above.
+            config_text = OmegaConf.to_yaml(dict_config)
+            if not paths.config.exists() or paths.config.read_text() != config_text:  # a finished run: nothing
+                paths.config.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(paths.config, config_text)
+        print(f"run directory: {paths.root}")
+        yield cfg_dict, paths
 
 
-def _check_contenders(dict_config: DictConfig, root: Path, serve) -> None:
-    """Every bake-off contender's settings as its run will hold them, with the shared distill its data comes from
-    (the samples it holds out, the memory it needs): refused before distilling, not when its turn comes."""
-    from train.bakeoff import contender_config
-
-    for name in dict_config.bakeoff.recipes:
-        contender = contender_config(name, dict_config, root / name, serve)
-        contender.stages = ["distill", *contender.stages]
-        try:
-            check_run(OmegaConf.to_object(contender))
-        except (DistillError, EvalError, HeadsError, PipelineError) as e:
-            raise type(e)(f"bake-off contender {name}: {e}") from None
-
-
-def _run_stages(cfg: RunConfig, cfg_dict: dict, dict_config: DictConfig, paths: RunPaths) -> dict:
-    device = _device(cfg)
-    hashes = stage_hashes(cfg, cfg_dict)
-    if _main_process():
-        check_ownership(paths, cfg_dict)  # before anything is written: another run's directory is refused
-        clean_debris(paths.root)
-        if not cfg.bakeoff.recipes:  # each contender's run checks its own
-            check_stage_inputs(Run(cfg, cfg_dict, paths, device, hashes["eval"], hashes))
-        # The main process alone writes the resolved config (its launched peers hold the same one): a peer's
-        # temporary file could otherwise be taken for a killed write's and removed by clean_debris above.
-        config_text = OmegaConf.to_yaml(dict_config)
-        if not paths.config.exists() or paths.config.read_text() != config_text:  # a re-read finished run: nothing
-            paths.config.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(paths.config, config_text)
-    print(f"run directory: {paths.root}")
+def run_pipeline(config) -> dict:
+    """Run the stages of `config` (a Hydra DictConfig or a RunConfig) in order; return {stage: summary}. A bake-off
+    (bakeoff.recipes) is run by train/bakeoff/run.py, which drives this for each contender."""
+    dict_config, cfg, planned = resolve_run(config)
+    if planned is not None:
+        return planned
     if cfg.bakeoff.recipes:
-        from train.bakeoff import bakeoff_engine, run_bakeoff
+        raise PipelineError(
+            f"bakeoff.recipes={cfg.bakeoff.recipes} makes this run a bake-off: run it with `python -m train` "
+            "(train.bakeoff.run.run_bakeoff), which runs each contender's pipeline"
+        )
+    with run_directory(dict_config, cfg) as (cfg_dict, paths):
+        return _run_stages(cfg, cfg_dict, paths)
 
-        _check_contenders(dict_config, paths.root, bakeoff_engine(cfg.bakeoff.serve))
 
-        # the shared data is distilled by the distill stage itself: its reuse checks (a moved Hub commit) hold
-        run = Run(cfg, cfg_dict, paths, device, hashes["distill"], hashes)
-        distil = lambda: _distill_stage(run)  # noqa: E731
-        return {"bakeoff": run_bakeoff(dict_config, run_pipeline, paths.root, distil, eval_together)}
-
+def _run_stages(cfg: RunConfig, cfg_dict: dict, paths: RunPaths) -> dict:
+    device, hashes = device_of(cfg), stage_hashes(cfg, cfg_dict)
     trainable = get_family(cfg.drafter.kind).trainable
     results = {}
     for stage in cfg.stages:

@@ -26,7 +26,7 @@ from eval.serving.vllm import missing_reason as vllm_missing
 from heads.card import render_model_card
 from heads.load_card import break_even_short, load_section, load_table
 from tests.eval.load_results import BASE, LOAD, SPEC
-from train.bakeoff import recommend
+from train.bakeoff.verdicts import recommend
 from train.registry.hub_columns import COLUMNS
 
 

@@ -7,9 +7,10 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from heads.families import CATEGORIES
-from train.bakeoff import free_vs_trained, recommend, render_markdown
+from train.bakeoff.render import render_markdown
+from train.bakeoff.run import run_bakeoff
+from train.bakeoff.verdicts import free_vs_trained, recommend
 from train.config import register_configs
-from train.pipeline import run_pipeline
 from train.registry.local_hub import read_index
 
 
@@ -63,7 +64,7 @@ def test_recommendation_is_the_fastest_trustworthy_drafter():
 
 
 def test_a_bakeoff_served_by_llama_cpp_names_it_and_why_a_family_is_not_served(monkeypatch):
-    from train.bakeoff import bakeoff_engine
+    from train.bakeoff.contenders import bakeoff_engine
 
     medusa = {**_row("toy_medusa", 1.2, 2.4), "kind": "medusa"}
     settings = {"num_prompts": 1, "max_new_tokens": 1, "num_speculative_tokens": 1, "temperature": 0.0, "tree": None}
@@ -73,7 +74,7 @@ def test_a_bakeoff_served_by_llama_cpp_names_it_and_why_a_family_is_not_served(m
     assert "Served τ: llama.cpp serving each export" in text
     assert "llama.cpp does not serve medusa drafters" in text  # the row says why it has no served figure
     assert bakeoff_engine("llamacpp") == "llamacpp" and bakeoff_engine("off") is None
-    monkeypatch.setattr("train.bakeoff.missing_reason", lambda engine: "not installed")
+    monkeypatch.setattr("train.bakeoff.contenders.missing_reason", lambda engine: "not installed")
     assert bakeoff_engine("auto") is None  # auto: vLLM where it is installed
 
 
@@ -162,7 +163,7 @@ def test_bakeoff_trains_every_family_on_the_same_data_and_evaluates_them_alike(t
                 f"+bakeoff.overrides.toy_layer_skip={quoted('drafter.search_samples=4')}",
             ],
         )
-        comparison = run_pipeline(cfg)["bakeoff"]
+        comparison = run_bakeoff(cfg)["bakeoff"]
     root = tmp_path / "bake"
     workloads = comparison["workloads"]
     assert list(workloads) == ["code_continuation", "repeated_requests"]
@@ -234,7 +235,7 @@ def test_every_chat_bakeoff_contender_fits_the_chat_target(tmp_path):
     from distill.toyworld.config import CHAT
     from distill.toyworld.target import target_config
     from heads.families import get_family
-    from train.bakeoff import contender_config
+    from train.bakeoff.contenders import contender_config
 
     register_configs()
     with initialize_config_module(config_module="conf", version_base=None):
@@ -257,7 +258,7 @@ def test_a_load_sweep_runs_only_for_contenders_vllm_serves(tmp_path):
     """eval.serve_load for the whole bake-off: lookahead (no vLLM method) is not started on `vllm serve`, the draft LM
     and prompt lookup are."""
     from heads.families import get_family
-    from train.bakeoff import contender_config
+    from train.bakeoff.contenders import contender_config
 
     register_configs()
     with initialize_config_module(config_module="conf", version_base=None):
@@ -273,7 +274,7 @@ def test_a_load_sweep_runs_only_for_contenders_vllm_serves(tmp_path):
 def test_each_category_gets_its_own_recommendation_from_its_prompts_figures():
     """MT-Bench's extraction turns can favour a copying drafter while HumanEval favours a trained one: the verdict per
     category reads each contender's figures on that category's prompts alone."""
-    from train.bakeoff import category_verdicts
+    from train.bakeoff.verdicts import category_verdicts
 
     def with_categories(row, **figures):
         return {**row, "categories": {c: {"tau": t, "alpha": 0.3, "speedup": s} for c, (t, s) in figures.items()}}
@@ -303,7 +304,7 @@ def test_each_category_gets_its_own_recommendation_from_its_prompts_figures():
 def test_the_main_jobs_own_contender_trains_with_the_command_lines_settings(tmp_path):
     """`python -m train trainer.max_steps=300` reaches the main job's EAGLE-3 (bakeoff.own), not the retrieval
     contender's recipe; each contender keeps the γ its own override gives it over the shared eval settings."""
-    from train.bakeoff import contender_config
+    from train.bakeoff.contenders import contender_config
 
     register_configs()
     with initialize_config_module(config_module="conf", version_base=None):
@@ -318,7 +319,7 @@ def test_the_main_jobs_own_contender_trains_with_the_command_lines_settings(tmp_
 
 
 def test_the_published_line_names_the_winner_and_what_the_trained_drafter_reached():
-    from train.bakeoff import published_line
+    from train.bakeoff.verdicts import published_line
 
     free = _row("smollm2_retrieval", 1.6, 1.9, trained=False) | {"kind": "retrieval", "speedup_spread": None}
     trained = _row("smollm2", 0.9, 1.2) | {"kind": "eagle3", "break_even_tau": 1.45}
@@ -350,7 +351,7 @@ def test_a_shared_baseline_bakeoff_measures_each_workloads_contenders_in_one_run
                 "eval.gamma_sweep=[]",
             ],
         )
-        run_pipeline(cfg)
+        run_bakeoff(cfg)
         root = tmp_path / "bake"
         dirs = {"code_continuation": root, "repeated_requests": root / "repeated_requests"}
 
@@ -368,5 +369,5 @@ def test_a_shared_baseline_bakeoff_measures_each_workloads_contenders_in_one_run
             assert ngram["tokens_per_second"]["autoregressive"] == suffix["tokens_per_second"]["autoregressive"]
             assert ngram["lossless"] and suffix["lossless"]
         assert first["code_continuation", "toy_ngram"]["prompts"] != first["repeated_requests", "toy_ngram"]["prompts"]
-        run_pipeline(cfg)  # resumed: every report still valid, none measured again
+        run_bakeoff(cfg)  # resumed: every report still valid, none measured again
     assert reports() == first

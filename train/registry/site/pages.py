@@ -20,7 +20,7 @@ from eval.report import plot_acceptance, plot_load, plot_sweep
 from heads.card import served_engine, training_line
 from heads.families import CATEGORIES, usage_text
 from heads.load_card import LOAD_PLOT, load_section
-from train.bakeoff import recommend
+from train.bakeoff.verdicts import recommend
 from train.registry.hub_columns import COLUMNS, cells
 
 FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)  # a model card's HF metadata block
@@ -34,7 +34,7 @@ BEST_RULE = (
 
 
 def best_row(rows: list[dict]) -> dict:
-    """The drafter a target's leaderboard marks best (BEST_RULE: train/bakeoff.py's recommendation)."""
+    """The drafter a target's leaderboard marks best (BEST_RULE: train/bakeoff/verdicts.py's recommendation)."""
     views = [
         {
             "recipe": i,
