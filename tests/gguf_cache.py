@@ -21,7 +21,9 @@ _TMP = re.compile(rb"pytest-\d+(/popen-gw\d+)?")
 
 
 def _key(args: list[str], pre: str) -> str:
-    digest = hashlib.sha256(f"{llamacpp._RUNNER}\0{llamacpp.VERSION}\0{llamacpp.SDIST_SHA256}\0{pre}".encode())
+    digest = hashlib.sha256(
+        f"{llamacpp.programs._RUNNER}\0{llamacpp.programs.VERSION}\0{llamacpp.programs.SDIST_SHA256}\0{pre}".encode()
+    )
     out = args[args.index("--outfile") + 1]
     for arg in args:
         if arg == out:
@@ -37,7 +39,7 @@ def _key(args: list[str], pre: str) -> str:
 
 def install() -> None:
     """Wrap heads.formats.llamacpp._run_converter with the cache (for this process)."""
-    real = llamacpp._run_converter
+    real = llamacpp.programs.run_converter
 
     def cached(args: list[str], pre: str, out: Path, *, what) -> None:
         kept = Path(os.environ["DRAFTHUB_CACHE"]) / "test-gguf" / f"{_key(args, pre)}.gguf"
@@ -50,4 +52,4 @@ def install() -> None:
         shutil.copyfile(out, staged)
         os.replace(staged, kept)  # whole or absent: the other xdist worker may read it
 
-    llamacpp._run_converter = cached
+    llamacpp.programs.run_converter = cached

@@ -14,7 +14,7 @@ def test_an_edit_loop_test_sees_no_optional_engine_nor_do_the_processes_it_start
         import vllm  # noqa: F401
     from heads.formats import llamacpp
 
-    assert llamacpp.missing() is not None
+    assert llamacpp.programs.missing() is not None
     probe = (
         "import importlib.util as u; print(u.find_spec('vllm'), u.find_spec('speculators'), bool(u.find_spec('torch')))"
     )

@@ -51,7 +51,7 @@ def test_a_base_models_gguf_continues_code_and_is_measured_on_humaneval_continue
     completions, with the store as its n-gram cache."""
     from heads.formats import llamacpp
 
-    served = llamacpp.missing() is None
+    served = llamacpp.programs.missing() is None
     target = write_gguf(micro_world.target_dir, tmp_path / "base.gguf", chat_template=False)
     argv = [
         "recipe=gguf_completion",
@@ -122,7 +122,7 @@ def test_a_gemma3_style_gguf_trains_eagle3_and_is_measured_losslessly(tmp_path):
     assert torch.equal(embedding, model.get_input_embeddings().weight.to(embedding.dtype))
     from heads.formats import llamacpp
 
-    if llamacpp.missing() is None:
+    if llamacpp.programs.missing() is None:
         served = [
             "recipe=gguf_completion",
             f"target.name_or_path={target}",

@@ -139,7 +139,7 @@ def _directory(file: Path) -> Path:
 
 
 def _complete(out: Path) -> bool:
-    from heads.formats.llamacpp import GGUF_SOURCE
+    from heads.formats.llamacpp.target import GGUF_SOURCE
 
     return (out / GGUF_SOURCE).is_file()
 
@@ -147,7 +147,7 @@ def _complete(out: Path) -> bool:
 def _point_at(out: Path, file: Path) -> None:
     """Record `file` as the directory's GGUF when another file with the same bytes was recorded before (a copy,
     a moved download): llama-server then serves a file that exists."""
-    from heads.formats.llamacpp import GGUF_SOURCE
+    from heads.formats.llamacpp.target import GGUF_SOURCE
     from heads.formats.staging import atomic_write_text
 
     record = json.loads((out / GGUF_SOURCE).read_text())
@@ -170,10 +170,10 @@ def _dequantize(file: Path, out: Path, header: GgufHeader) -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(file.parent), gguf_file=file.name)
     if header.pre_tokenizer in PRE_TOKENIZERS:
         tokenizer.backend_tokenizer.pre_tokenizer = PRE_TOKENIZERS[header.pre_tokenizer]()
-    checked = llamacpp.tool("llama-tokenize") is not None
+    checked = llamacpp.programs.tool("llama-tokenize") is not None
     if checked:
         try:
-            llamacpp.check_gguf_tokenizer(tokenizer, file)
+            llamacpp.tokenizer.check_gguf_tokenizer(tokenizer, file)
         except HeadsError as e:
             raise DistillError(str(e)) from None
     config = loaded.config
@@ -189,4 +189,6 @@ def _dequantize(file: Path, out: Path, header: GgufHeader) -> None:
         _drop_tokens_past(tmp / "tokenizer.json", header.vocabulary)
         facts = {k: getattr(header, k) for k in ("architecture", "name", "pre_tokenizer", "vocabulary", "tensor_types")}
         record = {"gguf": str(file), "size": file.stat().st_size, "digest": file_digest(file), **facts}
-        atomic_write_text(tmp / llamacpp.GGUF_SOURCE, json.dumps(record | {"tokenizer_checked": checked}, indent=1))
+        atomic_write_text(
+            tmp / llamacpp.target.GGUF_SOURCE, json.dumps(record | {"tokenizer_checked": checked}, indent=1)
+        )

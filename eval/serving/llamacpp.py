@@ -48,12 +48,12 @@ PER_POSITION = r'^llamacpp:spec_decode_num_accepted_tokens_per_pos_total\{positi
 
 
 def missing_reason() -> Optional[str]:
-    return llamacpp.missing()
+    return llamacpp.programs.missing()
 
 
 def server_version() -> str:
     """llama-server's own version line, e.g. '0.5.0-dev (build 1, commit 0c1e570)'."""
-    done = subprocess.run([str(llamacpp.tool("llama-server")), "--version"], capture_output=True, text=True)
+    done = subprocess.run([str(llamacpp.programs.tool("llama-server")), "--version"], capture_output=True, text=True)
     line = next((ln for ln in (done.stdout + done.stderr).splitlines() if ln.startswith("version:")), "version: ?")
     return line.removeprefix("version:").strip()
 
@@ -73,7 +73,7 @@ def llama_server(model: Path, args: list[str], *, context: int, log: Path) -> It
     without the drafter."""
 
     def argv(extra: list[str]) -> Callable[[int], list[str]]:
-        server = [str(llamacpp.tool("llama-server")), "-m", str(model), *args, *extra, "--host", "127.0.0.1"]
+        server = [str(llamacpp.programs.tool("llama-server")), "-m", str(model), *args, *extra, "--host", "127.0.0.1"]
         rest = ["-c", str(context), "-np", "1", "--metrics", "--no-webui", "--seed", "0"]
         return lambda port: [*server, "--port", str(port), *rest]
 
@@ -233,8 +233,8 @@ def served_check(
     spec = consumer.speculative_config(Path(drafter_dir), gamma)
     cut, rule_difference = _draft_cut(spec["args"], cfg, consumer.rule_difference)
     t0 = time.perf_counter()
-    target_dir = llamacpp.local_dir(target)
-    target_gguf = llamacpp.target_gguf(target_dir, llamacpp.home() / "targets")
+    target_dir = llamacpp.target.local_dir(target)
+    target_gguf = llamacpp.target.target_gguf(target_dir, llamacpp.programs.home() / "targets")
 
     def differs(output: list[int], i: int) -> bool:
         return with_end_token(output, reference[i], eos_ids) != reference[i]
@@ -242,7 +242,9 @@ def served_check(
     outputs, without, (drafts, accepted, per_pos, draft_tokens), speed = _serve_logged(
         target_gguf, spec["args"], prompts, cfg, differs
     )
-    quantized = llamacpp.served_quantization(target_dir)  # another model than ours: its own output is the reference
+    quantized = llamacpp.target.served_quantization(
+        target_dir
+    )  # another model than ours: its own output is the reference
     engine_same = {i for i, alone in without.items() if quantized and alone == outputs[i]}
     outputs = [with_end_token(o, r, eos_ids) for o, r in zip(outputs, reference)]
     figures = served_figures(drafts, accepted, per_pos, gamma, draft_tokens)
@@ -373,10 +375,10 @@ def unchecked_served_tau(
     """τ of a drafter directory converted and served by llama.cpp exactly as it is, *without* drafthub's linter:
     what a server makes of an export the linter refuses (tests and benchmarks show the acceptance it prevents).
     Greedy, each prompt alone; τ = 1 + accepted / drafting steps from llama-server's counters."""
-    target_dir = llamacpp.local_dir(str(target))
-    target_gguf = llamacpp.target_gguf(target_dir, llamacpp.home() / "targets")
+    target_dir = llamacpp.target.local_dir(str(target))
+    target_gguf = llamacpp.target.target_gguf(target_dir, llamacpp.programs.home() / "targets")
     with tempfile.TemporaryDirectory(prefix="drafthub-unchecked-") as tmp:
-        draft = llamacpp.convert(Path(export_dir), Path(tmp) / "draft.gguf", target_dir=target_dir)
+        draft = llamacpp.writer.convert(Path(export_dir), Path(tmp) / "draft.gguf", target_dir=target_dir)
         args = ["-md", str(draft), *llamacpp.server_args(spec_type, gamma, lambda settings, g: [], {})]
         context = max(map(len, prompts)) + max_new_tokens + 2 * gamma + 8
         with llama_server(target_gguf, args, context=context, log=Path(tmp) / "server.log") as url:

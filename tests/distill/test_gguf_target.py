@@ -16,7 +16,8 @@ from distill.errors import DistillError
 from distill.inputs import cache_root
 from distill.targets import resolve_built_target, resolve_target
 from distill.targets.load import load_target, load_tokenizer, target_config
-from heads.formats.llamacpp import GGUF_SOURCE, TOKENIZER_SAMPLE
+from heads.formats.llamacpp.target import GGUF_SOURCE
+from heads.formats.llamacpp.tokenizer import TOKENIZER_SAMPLE
 from tests.gguf_files import write_gguf
 
 Q8_0 = gguf.GGMLQuantizationType.Q8_0
@@ -151,15 +152,15 @@ def test_llama_cpp_is_given_the_original_gguf_as_the_target(micro_world, tmp_pat
     (tmp_path / "a").mkdir()
     first = write_gguf(micro_world.target_dir, tmp_path / "a" / "m.gguf", qtype=Q8_0)
     directory = Path(resolve_target(str(first)))
-    assert llamacpp.target_gguf(directory, tmp_path / "converted") == first.resolve()
+    assert llamacpp.target.target_gguf(directory, tmp_path / "converted") == first.resolve()
     second = tmp_path / "b" / "m.gguf"
     second.parent.mkdir()
     second.write_bytes(first.read_bytes())
     first.unlink()
     assert resolve_target(str(second)) == str(directory)
-    assert llamacpp.source_gguf(directory) == second.resolve()
+    assert llamacpp.target.source_gguf(directory) == second.resolve()
     second.unlink()
-    assert llamacpp.source_gguf(directory) is None
+    assert llamacpp.target.source_gguf(directory) is None
     assert "is gone or changed: llama-server serves the dequantized weights converted back" in capsys.readouterr().err
 
 

@@ -48,11 +48,13 @@ def _tokenizer_json(tmp_path: Path, micro_world, edit) -> Path:
 
 
 def test_only_gpt2_byte_level_pre_tokenization_is_declared(tmp_path, micro_world):
-    assert llamacpp.declared_pre_tokenizer(micro_world.target_dir) == "gpt-2"  # the toy world's byte-level BPE
+    assert (
+        llamacpp.tokenizer.declared_pre_tokenizer(micro_world.target_dir) == "gpt-2"
+    )  # the toy world's byte-level BPE
     lowercased = _tokenizer_json(tmp_path / "a", micro_world, lambda s: s.update(normalizer={"type": "Lowercase"}))
-    assert llamacpp.declared_pre_tokenizer(lowercased) is None  # a normalizer llama.cpp's gpt-2 type lacks
+    assert llamacpp.tokenizer.declared_pre_tokenizer(lowercased) is None  # a normalizer llama.cpp's gpt-2 type lacks
     prefixed = _tokenizer_json(tmp_path / "b", micro_world, lambda s: s["pre_tokenizer"].update(add_prefix_space=True))
-    assert llamacpp.declared_pre_tokenizer(prefixed) is None
+    assert llamacpp.tokenizer.declared_pre_tokenizer(prefixed) is None
 
 
 def test_counters_are_read_from_llama_server_metrics(monkeypatch):
@@ -94,7 +96,7 @@ def test_the_card_prints_the_exact_llama_server_flags():
 def test_a_missing_llama_cpp_is_one_line_naming_the_build_script(tmp_path, monkeypatch):
     monkeypatch.setenv("DRAFTHUB_LLAMACPP", str(tmp_path / "none"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    reason = llamacpp.missing()
+    reason = llamacpp.programs.missing()
     assert "scripts/build_llamacpp.py" in reason and "\n" not in reason
     assert "PATH" not in reason  # the converter is what is missing first: a llama-server on PATH would not bring it
     with pytest.raises(EvalError, match="eval.serve=llamacpp: .*build_llamacpp"):
@@ -228,7 +230,7 @@ def test_the_targets_refused_for_feature_drafters_are_those_the_pinned_graphs_le
     against the pinned source, so a new pin that changes them fails here, not in a user's llama-server."""
     from types import SimpleNamespace
 
-    models = llamacpp.source_dir() / "src" / "models"
+    models = llamacpp.programs.source_dir() / "src" / "models"
     for model_type, source in (("llama", "llama"), ("qwen3", "qwen3"), ("gemma3_text", "gemma3"), ("qwen2", "qwen2")):
         fed = "t_layer_inp[il]" in (models / f"{source}.cpp").read_text()
         assert (llamacpp._unfed_target(SimpleNamespace(model_type=model_type)) is None) == fed, model_type
@@ -294,10 +296,10 @@ def test_a_silently_wrong_block_export_is_refused_and_served_it_collapses(
 @needs_llamacpp
 def test_a_tokenizer_llama_cpp_reads_differently_is_refused_in_one_line(tmp_path, micro_world, monkeypatch):
     # declared as another pre-tokenizer than the one it is: the check finds llama.cpp's ids differ
-    monkeypatch.setattr(llamacpp, "declared_pre_tokenizer", lambda d: "llama3")
+    monkeypatch.setattr(llamacpp.tokenizer, "declared_pre_tokenizer", lambda d: "llama3")
     out = tmp_path / "t.gguf"
     with pytest.raises(HeadsError, match="llama.cpp would tokenize differently") as refused:
-        llamacpp.convert(micro_world.target_dir, out)
+        llamacpp.writer.convert(micro_world.target_dir, out)
     assert "\n" not in str(refused.value) and not out.exists()
 
 
@@ -307,13 +309,13 @@ def test_a_tokenizer_the_converter_does_not_know_and_we_may_not_declare_is_refus
     shutil.copy(Path(micro_world.target_dir) / "model.safetensors", lowercased)
     out = tmp_path / "t.gguf"
     with pytest.raises(HeadsError, match="converter refused .*pre-tokenizer was not recognized") as refused:
-        llamacpp.convert(lowercased, out)
+        llamacpp.writer.convert(lowercased, out)
     assert "\n" not in str(refused.value) and not out.exists()
 
 
 @needs_llamacpp
 def test_llama_server_is_stopped_when_the_check_fails_inside(tmp_path, micro_world):
-    gguf = llamacpp.target_gguf(micro_world.target_dir, llamacpp.home() / "targets")
+    gguf = llamacpp.target.target_gguf(micro_world.target_dir, llamacpp.programs.home() / "targets")
     with pytest.raises(RuntimeError, match="inside"):
         with served_llamacpp.llama_server(gguf, [], context=256, log=tmp_path / "log") as url:
             urllib.request.urlopen(url + "/health", timeout=5).read()

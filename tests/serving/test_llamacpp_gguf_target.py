@@ -24,7 +24,7 @@ pytestmark = pytest.mark.needs_llamacpp  # registered in pyproject.toml
 @pytest.fixture
 def own_cache(tmp_path, monkeypatch):
     """A fresh drafthub cache that still finds the session's llama.cpp build."""
-    monkeypatch.setenv("DRAFTHUB_LLAMACPP", str(llamacpp.home()))
+    monkeypatch.setenv("DRAFTHUB_LLAMACPP", str(llamacpp.programs.home()))
     monkeypatch.setenv("DRAFTHUB_CACHE", str(tmp_path / "cache"))
 
 
@@ -35,7 +35,7 @@ def test_a_gguf_tokenizer_is_checked_against_llama_cpp_and_refused_when_they_dif
     drafthub's rule for it reads "12" as llama.cpp does; without the rule (transformers' own reading: GPT-2's split)
     the check finds "12" as one token where llama.cpp has two, and refuses before writing anything."""
     smollm = write_gguf(micro_world.target_dir, tmp_path / "smollm.gguf", pre="smollm", extra_merges=(("1", "2"),))
-    record = json.loads((Path(resolve_target(str(smollm))) / llamacpp.GGUF_SOURCE).read_text())
+    record = json.loads((Path(resolve_target(str(smollm))) / llamacpp.target.GGUF_SOURCE).read_text())
     assert record["tokenizer_checked"] is True and record["pre_tokenizer"] == "smollm"
     monkeypatch.delitem(gguf_source.PRE_TOKENIZERS, "smollm")
     other = write_gguf(micro_world.target_dir, tmp_path / "other.gguf", pre="smollm", extra_merges=(("2", "3"),))
@@ -70,6 +70,6 @@ def test_llama_server_serves_the_original_gguf_as_the_target(micro_world, target
     # the user's GGUF, not a conversion of our directory: this file, or (a test in another worker resolving the same
     # bytes at the same time, as gguf._point_at allows) a file with exactly its bytes
     served_file = Path(served["target_gguf"])
-    assert llamacpp.home() / "targets" not in served_file.parents  # where conversions are cached
+    assert llamacpp.programs.home() / "targets" not in served_file.parents  # where conversions are cached
     assert file_digest(served_file) == file_digest(original)
     assert served["verdict"] == "ok" and served["equal_prompts"] == 6, served["reason"]
