@@ -9,7 +9,8 @@ from eval.config import EvalConfig
 from eval.measure import batch_bounds
 from eval.metrics import Tally, decode_figures
 from eval.proposers.draft_lm import DraftLMProposer
-from eval.report import read_samples, render_markdown
+from eval.report import read_samples
+from eval.report_markdown import render_markdown
 from eval.run import evaluate
 from eval.speculative import DecodeStats
 

@@ -8,7 +8,7 @@ import pytest
 import eval.measure
 from eval.config import EvalConfig
 from eval.proposers.draft_lm import DraftLMProposer
-from eval.report import render_markdown
+from eval.report_markdown import render_markdown
 from eval.run import evaluate
 from eval.serving.load_figures import level_figures
 from eval.timing import ratio_interval, repeat_drift, speedup_spread, timing_verdict

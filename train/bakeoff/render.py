@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eval.report import pyplot, save_figure
+from eval.plots import pyplot, save_figure
 from heads.card import served_tau_text, speedup_text
 from heads.families import get_family
 from heads.formats import ENGINE_NAMES

@@ -16,7 +16,7 @@ from typing import Optional
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from eval.report import plot_acceptance, plot_load, plot_sweep
+from eval.plots import plot_acceptance, plot_load, plot_sweep
 from heads.card import served_engine, training_line
 from heads.families import CATEGORIES, usage_text
 from heads.load_card import LOAD_PLOT, load_section
