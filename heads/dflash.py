@@ -20,12 +20,13 @@ none. Module names are the export's tensor names.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from heads.block import drafts_per_block
 from heads.eagle import EagleMLP, _rope
 from heads.errors import HeadsError
 from heads.native import read_native, save_native
@@ -98,6 +99,11 @@ class DFlashArch:
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     max_position_embeddings: int = 2048
+    anchor_first: ClassVar[bool] = False  # the block's layout (heads/block.py): the anchor's slot drafts nothing
+
+    @property
+    def drafts_per_block(self) -> int:
+        return drafts_per_block(self.block_size, self.anchor_first)
 
     @classmethod
     def for_target(cls, cfg, target_config, mask_token_id: int) -> "DFlashArch":

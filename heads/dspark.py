@@ -20,7 +20,7 @@ heads/families/dspark.py writes and reads that format. Module names are the expo
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +48,7 @@ def check_dspark_settings(settings) -> None:
 
 @dataclass
 class DSparkArch(DFlashArch):
+    anchor_first: ClassVar[bool] = True  # every slot, the anchor's too, drafts the next position (DeepSpec's layout)
     markov_rank: int = 64
     confidence_head: bool = True
     confidence_with_markov: bool = True

@@ -22,7 +22,8 @@ from eval.errors import EvalError
 from eval.proposer import Proposal, Proposer, TargetFeatures
 from eval.proposers.base import ProposerEntry, check_block_drafter, check_paired
 from eval.sampling import SamplingParams, probs_from_logits, sample
-from heads.dflash import DFlashDrafter
+from heads.block import drafts_per_block
+from heads.dflash import DFlashArch, DFlashDrafter
 
 
 class DFlashProposer(Proposer):
@@ -31,7 +32,7 @@ class DFlashProposer(Proposer):
     def __init__(self, drafter: DFlashDrafter, vocab_size: int):
         self.drafter, self.vocab_size = drafter, vocab_size
         self.target_layer_ids = drafter.target_layer_ids
-        self.max_num_speculative_tokens = drafter.arch.block_size - 1
+        self.max_num_speculative_tokens = drafter.arch.drafts_per_block
 
     def reset(self, batch_size: int, device: torch.device) -> None:
         arch, dtype = self.drafter.arch, self.drafter.fc.weight.dtype
@@ -92,9 +93,9 @@ def _check(settings, cfg: EvalConfig) -> None:
     """settings: the drafter config (preflight) or the loaded drafter (its arch carries block_size)."""
     check_block_drafter(settings, cfg)
     block = getattr(settings, "arch", settings).block_size
-    if cfg.num_speculative_tokens > block - 1:
+    if cfg.num_speculative_tokens > (most := drafts_per_block(block, DFlashArch.anchor_first)):
         raise EvalError(
-            f"eval.num_speculative_tokens={cfg.num_speculative_tokens} exceeds drafter.block_size − 1 = {block - 1}: "
+            f"eval.num_speculative_tokens={cfg.num_speculative_tokens} exceeds drafter.block_size − 1 = {most}: "
             "DFlash drafts at most the mask slots of the block it was trained for"
         )
 

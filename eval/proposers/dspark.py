@@ -23,7 +23,8 @@ from eval.proposer import Proposal
 from eval.proposers.base import ProposerEntry, check_block_drafter, check_paired
 from eval.proposers.dflash import DFlashProposer
 from eval.sampling import SamplingParams, probs_from_logits, sample
-from heads.dspark import DSparkDrafter
+from heads.block import drafts_per_block
+from heads.dspark import DSparkArch, DSparkDrafter
 
 
 def kept_drafts(confidence: torch.Tensor, threshold: float) -> torch.Tensor:
@@ -73,7 +74,7 @@ def _check(settings, cfg: EvalConfig) -> None:
     """settings: the drafter config (preflight) or the loaded drafter (its arch)."""
     check_block_drafter(settings, cfg)
     arch = getattr(settings, "arch", settings)
-    if cfg.num_speculative_tokens > arch.block_size:
+    if cfg.num_speculative_tokens > drafts_per_block(arch.block_size, DSparkArch.anchor_first):
         raise EvalError(
             f"eval.num_speculative_tokens={cfg.num_speculative_tokens} exceeds drafter.block_size={arch.block_size}: "
             "DSpark drafts at most the block it was trained for"

@@ -20,13 +20,14 @@ from heads.config import DFlash2Config
 from heads.dflash2 import DFlash2Arch, DFlash2Drafter, check_dflash2_settings, check_dflash2_target
 from heads.errors import HeadsError
 from heads.families.base import ExportJob, Family, read_config
-from heads.families.dflash import (
+from heads.families.block import (
     CONFIG,
     arch_fields,
-    block_gamma,
     load_tensors,
+    most_drafts_text,
     qwen3_fields,
     read_block,
+    serving_gamma,
     write_block,
 )
 from heads.formats import llamacpp, vllm
@@ -53,7 +54,7 @@ def dflash2_config(arch: DFlash2Arch) -> dict:
 
 
 def write_dflash2(drafter: DFlash2Drafter, out: Path) -> None:
-    write_block(out, dflash2_config(drafter.arch), drafter, anchor_first=False)
+    write_block(out, dflash2_config(drafter.arch), drafter, anchor_first=DFlash2Arch.anchor_first)
 
 
 def dflash2_problems(config: dict) -> list[str]:
@@ -87,7 +88,7 @@ def _arch(config: dict, path: Path) -> DFlash2Arch:
 
 def load_dflash2(path, target=None) -> DFlash2Drafter:
     """Read an export (linted; every tensor name and shape checked); with `target`, ready to draft."""
-    config, tensors = read_block(path, "DFlash2", anchor_first=False, extra=dflash2_problems)
+    config, tensors = read_block(path, "DFlash2", anchor_first=DFlash2Arch.anchor_first, extra=dflash2_problems)
     drafter = DFlash2Drafter(_arch(config, Path(path)))
     load_tensors(Path(path), drafter, tensors)
     return drafter.share(target) if target is not None else drafter
@@ -119,7 +120,7 @@ def _about(provenance: dict) -> str:
 are those minus one), with a
 {s.get("conv_kernel_size")}-tap convolution around each sublayer of the block, then walks each slot's top
 {s.get("selector_top_k")} candidates left to right with a rank-{s.get("selector_rank")} transition score. Trained for
-blocks of {block} tokens: `num_speculative_tokens` up to {block - 1 if isinstance(block, int) else "block_size − 1"}.
+blocks of {block} tokens: `num_speculative_tokens` up to {most_drafts_text(block, DFlash2Arch.anchor_first)}.
 vLLM 0.32 serves it (method `dflash`) only with its GPU model runner (V2)."""
 
 
@@ -142,5 +143,5 @@ FAMILY = Family(
     describe=_describe,
     check=check_dflash2_settings,
     check_target=check_dflash2_target,
-    serving_gamma=block_gamma,
+    serving_gamma=serving_gamma(DFlash2Arch.anchor_first),
 )

@@ -26,12 +26,14 @@ from heads.dflash import check_dflash_target
 from heads.dspark import DSparkArch, DSparkDrafter, check_dspark_settings
 from heads.errors import HeadsError
 from heads.families.base import ExportJob, Family, read_config
-from heads.families.dflash import (
+from heads.families.block import (
     CONFIG,
     arch_fields,
     load_tensors,
+    most_drafts_text,
     qwen3_fields,
     read_block,
+    serving_gamma,
     write_block,
 )
 from heads.formats import llamacpp, vllm
@@ -62,7 +64,7 @@ def dspark_config(arch: DSparkArch) -> dict:
 
 def write_dspark(drafter: DSparkDrafter, out: Path) -> None:
     """Write the export of `drafter` into the (empty) directory `out`."""
-    write_block(out, dspark_config(drafter.arch), drafter, anchor_first=True)
+    write_block(out, dspark_config(drafter.arch), drafter, anchor_first=DSparkArch.anchor_first)
 
 
 def dspark_problems(config: dict) -> list[str]:
@@ -97,7 +99,7 @@ def _arch(config: dict, path: Path) -> DSparkArch:
 
 def load_dspark(path, target=None) -> DSparkDrafter:
     """Read an export (linted; every tensor name and shape checked); with `target`, ready to draft."""
-    config, tensors = read_block(path, "DSpark", anchor_first=True, extra=dspark_problems)
+    config, tensors = read_block(path, "DSpark", anchor_first=DSparkArch.anchor_first, extra=dspark_problems)
     drafter = DSparkDrafter(_arch(config, Path(path)))
     load_tensors(Path(path), drafter, tensors)
     return drafter.share(target) if target is not None else drafter
@@ -121,12 +123,6 @@ def _describe(export_dir: Path, summary: dict) -> dict:
     }
 
 
-def _block_gamma(gamma: int, provenance: dict) -> int:
-    """At most block_size: every slot of the trained block drafts."""
-    block = (provenance.get("drafter_config") or {}).get("block_size")
-    return min(gamma, block) if isinstance(block, int) else gamma
-
-
 def _about(provenance: dict) -> str:
     settings = provenance.get("drafter_config") or {}
     block = settings.get("block_size")
@@ -141,7 +137,8 @@ every slot drafts the next position (mask token id {settings.get("mask_token_id"
 states at layers {settings.get("layer_ids")} (`target_layer_ids` in `config.json` are those minus one); a rank-
 {settings.get("markov_rank")} Markov head then corrects each draft by the token before it, left to right. The
 target's embeddings and lm_head are shared, so none ships here. Trained for blocks of {block} drafts:
-`num_speculative_tokens` up to {block}.{confidence} vLLM 0.32 serves it only with its GPU model runner (V2)."""
+`num_speculative_tokens` up to {most_drafts_text(block, DSparkArch.anchor_first)}.{confidence} vLLM 0.32 serves it only
+with its GPU model runner (V2)."""
 
 
 FAMILY = Family(
@@ -163,5 +160,5 @@ FAMILY = Family(
     describe=_describe,
     check=check_dspark_settings,
     check_target=check_dflash_target,
-    serving_gamma=_block_gamma,
+    serving_gamma=serving_gamma(DSparkArch.anchor_first),
 )

@@ -5,14 +5,14 @@ import torch
 from heads.config import DFlashConfig
 from heads.dflash import DFlashDrafter
 from tests.eval.fitting import fit, sampled_text
-from train.setups.dflash import DFlashDenoising
+from train.setups.block import BlockDenoising
 
 LAYER_IDS = [1, 2]  # the micro target has 2 layers: entering layer 1, and its last output before the final norm
 MASK = 3  # a token id of the micro vocabulary the mask slots read
 
 
-def denoising_objective(target, block_size: int = 4, anchors: int = 16, layer_ids=LAYER_IDS) -> DFlashDenoising:
-    return DFlashDenoising(
+def denoising_objective(target, block_size: int = 4, anchors: int = 16, layer_ids=LAYER_IDS) -> BlockDenoising:
+    return BlockDenoising(
         target,
         list(layer_ids),
         block_size=block_size,

@@ -13,7 +13,7 @@ from heads.dflash2 import DFlash2Drafter
 from heads.dspark import DSparkDrafter
 from heads.errors import HeadsError
 from heads.families import FAMILIES
-from heads.families.dflash import write_block
+from heads.families.block import write_block
 from tests.exporting import export
 
 MASK = 3

@@ -17,7 +17,7 @@ from heads.errors import HeadsError
 from heads.families import FAMILIES, family_of_export
 from tests.exporting import export
 from tests.test_families import _compose
-from train.setups.dflash import anchor_blocks
+from train.setups.block import anchor_blocks
 from train.stages.preflight import check_run
 
 MASK = 3

@@ -20,7 +20,7 @@ from heads.families import FAMILIES, family_of_export
 from tests.exporting import export
 from tests.test_families import _compose
 from train.config import TrainerConfig
-from train.setups.dflash import anchor_blocks
+from train.setups.block import anchor_blocks
 from train.setups.dspark import DSparkDenoising
 from train.stages.preflight import check_run
 

@@ -9,10 +9,10 @@ import torch.nn.functional as F
 from heads.dflash2 import DFlash2Drafter
 from train.losses import KD_LOSSES
 from train.setups.base import BLOCK_DRAFTS_ONLY, TrainingSetup
-from train.setups.dflash import DFlashDenoising, block_activations, block_finish, meta_block, prepare_block
+from train.setups.block import BlockDenoising, block_activations, block_finish, meta_block, prepare_block
 
 
-class DFlash2Denoising(DFlashDenoising):
+class DFlash2Denoising(BlockDenoising):
     """batch → (loss, metrics) for a DFlash2 drafter: DFlash's loss on the mask slots, plus selector_weight ×
     a k-way cross-entropy per mask slot over its unary top-k scored after the true previous token, towards
     the true next token (which replaces the weakest candidate where the top-k misses it), weighted as the

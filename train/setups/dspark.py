@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from heads.dspark import DSparkDrafter
+from heads.dspark import DSparkArch, DSparkDrafter
 from train.losses import KD_LOSSES, cross_entropy
 from train.setups.base import BLOCK_DRAFTS_ONLY, Prepared, TrainContext, TrainingSetup, logits_bytes, mask_token
-from train.setups.dflash import DFlashDenoising, block_activations, block_finish, meta_block
+from train.setups.block import BlockDenoising, block_activations, block_finish, meta_block
 from train.sharded_target import whole_embeddings
 
 
@@ -19,7 +19,7 @@ def acceptance(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> to
     return torch.minimum(q, p).sum(-1)
 
 
-class DSparkDenoising(DFlashDenoising):
+class DSparkDenoising(BlockDenoising):
     """batch → (loss, metrics) for a DSpark drafter: DFlash's objective (train/setups/dflash.py) laid out
     anchor-first — block [x_t, MASK × (B − 1)] at t … t + B − 1, slot k trained towards the target's
     distribution for token x_{t+k+1} (its logits at t + k) — with the Markov head reading the true
@@ -29,7 +29,7 @@ class DSparkDenoising(DFlashDenoising):
     Logged beside DFlash's metrics: `conf_err`, the confidence head's mean absolute error.
     """
 
-    anchor_first = True
+    anchor_first = DSparkArch.anchor_first  # every slot, the anchor's too, drafts the next position
 
     def __init__(self, target, layer_ids, *, settings, mask_token_id: int, loss: str, vocab_size: int, trainer):
         super().__init__(
