@@ -240,7 +240,7 @@ def main(cfg) -> None:
     from eval.proposers import load_proposer
     from eval.serving import preflight
     from heads.errors import HeadsError
-    from heads.families import family_of_export
+    from heads.families import read_export
 
     app: EvalAppConfig = OmegaConf.to_object(cfg)
     app.eval.serve = app.serve or app.eval.serve
@@ -252,11 +252,11 @@ def main(cfg) -> None:
         _check_out_dir(Path(app.out_dir), drafter)
         rows = read_prompts(app.prompts, app.split, column=app.prompts_column, prompts_key="prompts", split_key="split")
         rows = rows.across_categories()  # as the pipeline's eval takes them: every category within eval.num_prompts
-        family_of_export(drafter)  # a directory no family reads is refused before the target loads
-        preflight(app.eval, drafter)  # the served check's and load sweep's own refusals, before the target loads
+        export = read_export(drafter)  # read once; a directory no family reads is refused before the target loads
+        preflight(app.eval, export)  # the served check's and load sweep's own refusals, before the target loads
         target_name = _resolved_target(app.target_path or _target_of(drafter), app.target_gguf_file)
         tokenizer, target = _load_target(app, drafter, target_name)
-        proposer, kind = load_proposer(drafter, target, len(tokenizer), app.eval, target.device)
+        proposer, kind = load_proposer(export, target, len(tokenizer), app.eval, target.device)
         limit, room = app.eval.num_prompts + app.eval.warmup_prompts, prompt_room(target, proposer, app.eval)
         eos_ids, vocab_size = eos_token_ids(target, tokenizer), len(tokenizer)
         prompts = measured_prompts(
@@ -273,7 +273,7 @@ def main(cfg) -> None:
         report = measure_export(
             target,
             proposer,
-            drafter,
+            export,
             prompts.ids,
             app.eval,
             names,

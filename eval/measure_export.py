@@ -18,6 +18,7 @@ from eval.proposers import load_proposer
 from eval.run import Entry, evaluate, evaluate_together, finish_report, measure_reports
 from eval.serving import preflight, served_section
 from eval.serving.load import load_check
+from heads.families import Export, read_export
 
 
 @dataclass
@@ -25,14 +26,14 @@ class ExportEntry:
     """One export directory to measure: our engine's entry, and what its served checks need."""
 
     entry: Entry
-    export_dir: Path
+    export: Export
     target_path: str  # the target the engines load (a toy world's alias resolved)
     trust_remote_code: bool = False
 
 
 def export_entry(
     proposer: Proposer,
-    export_dir: str | Path,
+    export: Export,
     cfg: EvalConfig,
     names: dict,
     *,
@@ -44,15 +45,15 @@ def export_entry(
     served checks before anything decodes. names: the report's names (target, drafter, kind, hashes, ...).
     serve_target: the target the engines load, where names["target"] is not loadable as it stands (a toy world's
     alias); None = names["target"]."""
-    preflight(cfg, export_dir)
+    preflight(cfg, export)
     target = serve_target or names["target"]
-    return ExportEntry(Entry(proposer, cfg, names, out_dir), Path(export_dir), target, trust_remote_code)
+    return ExportEntry(Entry(proposer, cfg, names, out_dir), export, target, trust_remote_code)
 
 
 def measure_export(
     target,
     proposer: Proposer,
-    export_dir: str | Path,
+    export: Export,
     prompt_ids: list[list[int]],
     cfg: EvalConfig,
     names: dict,
@@ -62,9 +63,9 @@ def measure_export(
     categories: Optional[list[Optional[str]]] = None,
     **entry,
 ) -> dict:
-    """Measure `proposer` (loaded from export_dir) on prompt_ids, with its served checks; return the report, written
+    """Measure `proposer` (loaded from `export`) on prompt_ids, with its served checks; return the report, written
     to entry's out_dir where given. entry: export_entry's keywords (out_dir, serve_target, trust_remote_code)."""
-    job = export_entry(proposer, export_dir, cfg, names, **entry)
+    job = export_entry(proposer, export, cfg, names, **entry)
     return measure_together(target, [job], prompt_ids, eos_ids, vocab_size, categories=categories)[0]
 
 
@@ -93,7 +94,7 @@ def measure_together(
                 cfg,
                 target_model=target,
                 target_path=job.target_path,
-                export_dir=job.export_dir,
+                export=job.export,
                 prompts=m.prompts,
                 reference=m.ar.outputs,
                 ours=ours,
@@ -104,7 +105,7 @@ def measure_together(
             dtype = str(next(target.parameters()).dtype).removeprefix("torch.")
             log_dir = Path(job.entry.out_dir) if job.entry.out_dir is not None else None
             report["serving_load"] = load_check(
-                job.target_path, job.export_dir, m.prompts, cfg, dtype=dtype,
+                job.target_path, job.export, m.prompts, cfg, dtype=dtype,
                 trust_remote_code=job.trust_remote_code, log_dir=log_dir,
             )  # fmt: skip
         reports.append(finish_report(job.entry, report, m))
@@ -114,7 +115,7 @@ def measure_together(
 def _chain_report(target, job: ExportEntry, prompts: list[list[int]], eos_ids: set[int], vocab_size: int) -> dict:
     """Our engine's chain figures on the same prompts, for a tree's report: the engines serve chains."""
     cfg = replace(job.entry.cfg, tree=None)
-    proposer = load_proposer(job.export_dir, target, vocab_size, cfg, next(target.parameters()).device)[0]
+    proposer = load_proposer(job.export, target, vocab_size, cfg, next(target.parameters()).device)[0]
     chain_cfg = replace(cfg, gamma_sweep=[], warmup_prompts=0, serve=None, serve_load=[])
     return evaluate(target, proposer, prompts, chain_cfg, eos_ids, vocab_size, {}, progress=False)
 
@@ -138,7 +139,7 @@ def measure_exports(
     entries = []
     for name, path in exports.items():
         own = replace(cfg, num_speculative_tokens=(gammas or {}).get(name, cfg.num_speculative_tokens))
-        proposer, kind = load_proposer(path, target, vocab_size, own, device)
+        proposer, kind = load_proposer(read_export(path), target, vocab_size, own, device)
         entries.append(Entry(proposer, own, {"kind": kind, "drafter": name}))
     reports = evaluate_together(target, entries, [prompt_ids[0], *prompt_ids], eos_ids, vocab_size)
     return dict(zip(exports, reports))

@@ -32,11 +32,12 @@ def contenders(args, target, vocab: int) -> dict:
     from eval.config import EvalConfig
     from eval.lookup_first import LookupFirstProposer
     from eval.proposers import load_proposer
+    from heads.families import read_export
 
     cfg, cpu = EvalConfig(temperature=0.0, tree=None), torch.device("cpu")
 
     def load(path):
-        return load_proposer(path, target, vocab, cfg, cpu)[0]
+        return load_proposer(read_export(path), target, vocab, cfg, cpu)[0]
 
     built = {"eagle3": (load(args.eagle), args.eagle_gamma), "retrieval": (load(args.retrieval), args.gamma)}
     for m in args.min_match:

@@ -52,6 +52,7 @@ def main() -> None:
     from eval.proposers import load_proposer
     from eval.sampling import SamplingParams
     from eval.speculative import DecodeStats, autoregressive_generate, speculative_generate
+    from heads.families import read_export
 
     torch.set_num_threads(args.threads)
     target_cfg = TargetConfig(name_or_path=args.target)
@@ -61,7 +62,9 @@ def main() -> None:
     prompts = prompt_ids(convs, tokenizer, limit=args.num_prompts + 2)
     contenders = {}
     for name, path, gamma in args.drafter:
-        proposer, kind = load_proposer(path, target, vocab, EvalConfig(num_speculative_tokens=gamma), "cpu")
+        proposer, kind = load_proposer(
+            read_export(path), target, vocab, EvalConfig(num_speculative_tokens=gamma), "cpu"
+        )
         contenders[name] = (proposer, kind, gamma)
 
     def spec(proposer, ids, gamma):

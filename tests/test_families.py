@@ -37,7 +37,7 @@ from heads.dspark import DSparkDrafter
 from heads.eagle import Eagle3Drafter
 from heads.eagle1 import Eagle1Drafter
 from heads.errors import HeadsError
-from heads.families import CATEGORIES, FAMILIES, SIGNALS, ExportJob, family_of_export, get_family, model_card
+from heads.families import CATEGORIES, FAMILIES, SIGNALS, ExportJob, get_family, model_card, read_export
 from heads.formats import ENGINE_NAMES
 from heads.formats.staging import staged_directory
 from heads.layer_skip import LayerSkipDrafter
@@ -233,7 +233,7 @@ def test_each_export_is_recognised_as_its_own_family_loads_and_lints(kind, tmp_p
     with staged_directory(tmp_path / "drafter") as tmp:
         family.export(job, tmp)
     out = tmp_path / "drafter"
-    assert family_of_export(out) is family  # exactly one family recognises it
+    assert read_export(out).family is family  # exactly one family recognises it
     family.lint(out)
     drafter = family.load(out, target)  # raises where unusable; loads back as this family's drafter, weights whole
     assert getattr(drafter, "kind", None) == kind, type(drafter).__name__
@@ -266,7 +266,7 @@ def test_each_export_is_recognised_as_its_own_family_loads_and_lints(kind, tmp_p
 def test_a_directory_no_family_recognises_is_refused(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "something-else"}')
     with pytest.raises(HeadsError, match=r"recognised by no family; known kinds"):
-        family_of_export(tmp_path)
+        read_export(tmp_path)
 
 
 def test_one_gamma_reaches_users(tmp_path, target, tokenizer):

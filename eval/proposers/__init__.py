@@ -33,7 +33,7 @@ from eval.proposers import (
 )
 from eval.proposers.base import ProposerEntry
 from eval.run import check_settings
-from heads.families import family_of_export
+from heads.families import Export
 from heads.target_features import FINAL_NORMED
 
 PROPOSERS: dict[str, ProposerEntry] = {
@@ -88,11 +88,11 @@ def _check_adaptive(kind: str, entry: ProposerEntry, cfg: EvalConfig) -> None:
 
 
 def load_proposer(
-    path: str | Path, target, vocab_size: int, cfg: EvalConfig, device: torch.device
+    export: Export, target, vocab_size: int, cfg: EvalConfig, device: torch.device
 ) -> tuple[Proposer, str]:
-    """The proposer for the export at `path` (checked against `target`), shaped by cfg.tree; returns it and the kind."""
+    """The proposer for `export` (checked against `target`), shaped by cfg.tree; returns it and the kind."""
     check_settings(cfg)
-    family = family_of_export(path)
+    family, path = export.family, export.path
     entry = proposer_entry(family.kind)
     _check_adaptive(family.kind, entry, cfg)
     drafter = family.load(Path(path), target)

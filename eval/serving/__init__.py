@@ -8,12 +8,12 @@ config the model card prints for it.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 from eval.config import EvalConfig
 from eval.errors import EvalError
 from eval.serving import llamacpp, vllm
+from heads.families import Export
 
 SERVERS = {vllm.ENGINE: vllm, llamacpp.ENGINE: llamacpp}
 
@@ -34,17 +34,16 @@ def missing_reason(engine: str) -> Optional[str]:
     return server(engine).missing_reason()
 
 
-def preflight(cfg: EvalConfig, export_dir: str | Path) -> None:
+def preflight(cfg: EvalConfig, export: Export) -> None:
     """What the export directory, the settings and the URLs alone decide, checked before the target decodes anything
     (the served check and the load sweep run after every prompt has been decoded): one line naming the fix."""
     from eval.serving.load import check_servers_answer
-    from heads.families import family_of_export
 
-    family = family_of_export(export_dir)
+    family = export.family
     if cfg.serve:
         if reason := missing_reason(cfg.serve):
             raise EvalError(f"eval.serve={cfg.serve}: {reason}")
-        server(cfg.serve).servable(export_dir)
+        server(cfg.serve).servable(export)
     if cfg.serve_load:
         if reason := missing_reason(vllm.ENGINE):
             raise EvalError(f"eval.serve_load: {reason}")
@@ -58,19 +57,19 @@ def served_section(
     *,
     target_model,
     target_path: str,
-    export_dir: str | Path,
+    export: Export,
     prompts: list[list[int]],
     reference: list[list[int]],
     ours: dict,
     eos_ids: set[int],
     trust_remote_code: bool = False,
 ) -> dict:
-    """The report's `served` section (eval.serve=ENGINE): export_dir served by the engine on `prompts`, compared
+    """The report's `served` section (eval.serve=ENGINE): the export served by the engine on `prompts`, compared
     with the target's greedy outputs (`reference`) and with `ours`, our engine's chain report of the same prompts."""
     dtype = str(next(target_model.parameters()).dtype).removeprefix("torch.")
     return server(cfg.serve).served_check(
         target_path,
-        export_dir,
+        export,
         prompts,
         reference=reference,
         ours=ours,

@@ -36,7 +36,7 @@ from eval.config import EvalConfig
 from eval.errors import EvalError
 from eval.serving.base import ours_section, served_figures, served_speed, verdict
 from eval.serving.process import ServerExited, http_get, running_server
-from heads.families import family_of_export
+from heads.families import Export
 from heads.formats import llamacpp
 from heads.formats.fingerprint import served_files_hash
 
@@ -163,12 +163,12 @@ def near_ties(target_model, prompts: list, outputs: list, reference: list) -> di
     return found
 
 
-def servable(drafter_dir: str | Path):
+def servable(export: Export):
     """The export's llama.cpp consumer; one line naming the fix where llama.cpp, the family or the GGUF is missing."""
     reason = missing_reason()
     if reason:
         raise EvalError(f"eval.serve={ENGINE}: {reason}")
-    family = family_of_export(drafter_dir)
+    family, drafter_dir = export.family, export.path
     if family.not_served(ENGINE):
         raise EvalError(f"{family.not_served(ENGINE)}; set eval.serve=null")
     consumer = family.consumer(ENGINE)
@@ -210,7 +210,7 @@ def _serve_logged(target_gguf: Path, args: list[str], prompts: list[list[int]], 
 
 def served_check(
     target: str,
-    drafter_dir: str | Path,
+    export: Export,
     prompts: list[list[int]],
     *,
     reference: list[list[int]],
@@ -221,7 +221,7 @@ def served_check(
     trust_remote_code: bool = False,
     target_model=None,
 ) -> dict:
-    """The report's `served` section for `drafter_dir` served by llama-server at γ = cfg.num_speculative_tokens.
+    """The report's `served` section for `export` served by llama-server at γ = cfg.num_speculative_tokens.
 
     Args:
         target: the target's directory (or a name in the local Hugging Face cache), converted to GGUF once.
@@ -229,7 +229,8 @@ def served_check(
         ours: our figures for a chain of γ on the same prompts.
         target_model: the loaded target, to tell a divergence at a near-tie from a real one.
     """
-    consumer, gamma = servable(drafter_dir), cfg.num_speculative_tokens
+    drafter_dir = export.path
+    consumer, gamma = servable(export), cfg.num_speculative_tokens
     spec = consumer.speculative_config(Path(drafter_dir), gamma)
     cut, rule_difference = _draft_cut(spec["args"], cfg, consumer.rule_difference)
     t0 = time.perf_counter()

@@ -37,7 +37,7 @@ from eval.serving import vllm
 from eval.serving.concurrency import PeakRunning
 from eval.serving.load_figures import break_even, level_figures
 from eval.serving.process import http_get, running_servers
-from heads.families import family_of_export
+from heads.families import Export
 
 
 def server_argv(
@@ -176,7 +176,7 @@ def check_servers_answer(cfg: EvalConfig) -> None:
 
 def load_check(
     target: str,
-    drafter_dir: str | Path,
+    export: Export,
     prompts: list[list[int]],
     cfg: EvalConfig,
     *,
@@ -184,7 +184,7 @@ def load_check(
     trust_remote_code: bool = False,
     log_dir: Optional[Path] = None,
 ) -> dict:
-    """The report's `serving_load` section: drafter_dir served by `vllm serve` (or cfg.serve_url) under load."""
+    """The report's `serving_load` section: the export served by `vllm serve` (or cfg.serve_url) under load."""
     from transformers import AutoTokenizer
 
     if reason := vllm.missing_reason():
@@ -200,15 +200,15 @@ def load_check(
         if external:
             spec_url, base_url = cfg.serve_url.rstrip("/"), cfg.baseline_url.rstrip("/")
         else:
-            family = family_of_export(drafter_dir)
+            family = export.family
             if family.not_served(vllm.ENGINE):
                 raise EvalError(f"eval.serve_load: {family.not_served(vllm.ENGINE)}; set eval.serve_load=[]")
             consumer = family.consumer(vllm.ENGINE)
-            speculative_config = consumer.speculative_config(Path(drafter_dir), gamma)
+            speculative_config = consumer.speculative_config(export.path, gamma)
             logs = log_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="drafthub-serve-")))
             logs.mkdir(parents=True, exist_ok=True)
             room = max(map(len, prompts)) + cfg.max_new_tokens + 2 * gamma + 1
-            stack.enter_context(consumer.patch(Path(drafter_dir)))  # the family's workaround for a vLLM bug, if any
+            stack.enter_context(consumer.patch(export.path))  # the family's workaround for a vLLM bug, if any
             servers = [
                 {
                     "argv": server_argv(target, spec, cfg, max_model_len=room, dtype=dtype, trust=trust_remote_code),

@@ -29,7 +29,7 @@ from typing import Optional
 from eval.config import EvalConfig, VLLMServeConfig
 from eval.errors import EvalError
 from eval.serving.base import ours_section, served_figures, served_speed, verdict
-from heads.families import family_of_export
+from heads.families import Export
 from heads.formats.fingerprint import served_files_hash
 
 ENGINE = "vllm"  # the consumer (heads/formats/vllm.py) whose exports this module serves
@@ -169,9 +169,9 @@ def serve_and_decode(
             _shutdown(base)
 
 
-def servable(drafter_dir: str | Path):
+def servable(export: Export):
     """The export's vLLM consumer; one line naming the fix where the family cannot be served here."""
-    family = family_of_export(drafter_dir)
+    family = export.family
     if family.not_served(ENGINE):
         raise EvalError(f"{family.not_served(ENGINE)}; set eval.serve=null")
     return family.consumer(ENGINE)
@@ -179,7 +179,7 @@ def servable(drafter_dir: str | Path):
 
 def served_check(
     target: str,
-    drafter_dir: str | Path,
+    export: Export,
     prompts: list[list[int]],
     *,
     reference: list[list[int]],
@@ -190,7 +190,7 @@ def served_check(
     trust_remote_code: bool = False,
     target_model=None,
 ) -> dict:
-    """The report's `served` section for `drafter_dir` (an export directory), served at γ = cfg.num_speculative_tokens.
+    """The report's `served` section for `export`, served at γ = cfg.num_speculative_tokens.
     (target_model is unused: vLLM serves the target's own files in the same precision, so outputs compare as they are.)
 
     Args:
@@ -199,7 +199,8 @@ def served_check(
     """
     import vllm
 
-    consumer, gamma = servable(drafter_dir), cfg.num_speculative_tokens
+    drafter_dir = export.path
+    consumer, gamma = servable(export), cfg.num_speculative_tokens
     speculative_config = consumer.speculative_config(Path(drafter_dir), gamma)
     t0 = time.perf_counter()
     with consumer.patch(Path(drafter_dir)):  # the family's workaround for a known vLLM bug, if any

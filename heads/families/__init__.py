@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -37,7 +38,7 @@ from heads.families import (
 from heads.families.base import CATEGORIES, CONFIG, SIGNALS, SIZE_KEYS, ExportJob, Family, is_causal_lm
 from heads.formats.fingerprint import LOAD_PLOT_FILE, PROFILE_FILE, PROVENANCE_FILES
 
-__all__ = ["CATEGORIES", "FAMILIES", "SIGNALS", "ExportJob", "Family", "family_of_export", "get_family"]
+__all__ = ["CATEGORIES", "FAMILIES", "SIGNALS", "ExportJob", "Family", "Export", "read_export", "get_family"]
 
 FAMILIES: dict[str, Family] = {
     row.kind: row
@@ -74,8 +75,25 @@ def get_family(kind: str) -> Family:
         ) from None
 
 
-def family_of_export(path: str | Path) -> Family:
-    """The family whose export `path` is, from its config.json (exactly one family must recognise it)."""
+@dataclass(frozen=True)
+class Export:
+    """An exported drafter directory, read once where it enters (python -m eval, the eval stage, the registry's
+    re-measure, a benchmark) and handed down: its path, the family that recognises it, its config.json. It stands
+    wherever a path does (os.fspath), so the files in it are opened as before."""
+
+    path: Path
+    family: Family
+    config: dict
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+def read_export(path: str | Path) -> Export:
+    """The export at `path`, its family recognised from its config.json (exactly one family must recognise it)."""
     config_file = Path(path) / CONFIG
     if not config_file.is_file():
         raise HeadsError(f"{path} is not an exported drafter (no {CONFIG}); pass the drafter/ directory a run wrote")
@@ -94,7 +112,7 @@ def family_of_export(path: str | Path) -> Family:
     if len(matches) != 1:
         found = "no family" if not matches else f"several families ({[f.kind for f in matches]})"
         raise HeadsError(f"{config_file} is recognised by {found}; known kinds: {sorted(FAMILIES)}")
-    return matches[0]
+    return Export(Path(path), matches[0], config)
 
 
 def serving_gamma(provenance: dict) -> int:

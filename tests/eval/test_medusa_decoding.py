@@ -8,6 +8,7 @@ from eval.proposers.medusa import MedusaProposer
 from eval.sampling import SamplingParams
 from eval.speculative import Acceptance, speculative_generate
 from heads.config import MedusaConfig
+from heads.families import read_export
 from heads.medusa import MedusaHeads
 from heads.medusa_tree import build_tree, full_tree
 from tests.eval.fitting import assert_first_tokens_follow_the_target
@@ -114,4 +115,4 @@ def test_heads_for_another_target_are_refused(tmp_path, target, tokenizer):
         hidden_size=target.config.hidden_size * 2, vocab_size=target.config.vocab_size, num_heads=2
     ).save_pretrained(tmp_path / "m")
     with pytest.raises(EvalError, match="pair the heads with the target they were trained on"):
-        load_proposer(tmp_path / "m", target, len(tokenizer), EvalConfig(), torch.device("cpu"))
+        load_proposer(read_export(tmp_path / "m"), target, len(tokenizer), EvalConfig(), torch.device("cpu"))

@@ -13,6 +13,7 @@ from eval.sampling import SamplingParams
 from eval.speculative import autoregressive_generate, speculative_generate
 from heads.config import PardConfig
 from heads.errors import HeadsError
+from heads.families import read_export
 from heads.pard import PardDrafter
 from heads.vocab import pick_mask_token
 from tests.eval.fitting import assert_first_tokens_follow_the_target, fit, sampled_text
@@ -66,7 +67,7 @@ def test_export_round_trip_proposes_the_same_blocks(pard, target, tokenizer, pro
     out = export(pard, tmp_path / "pard", tokenizer=tokenizer)
     config = OmegaConf.load(out / "config.json")
     assert config.pard_token == MASK and config.max_draft_tokens == 4  # what vLLM reads, and our K
-    proposer, kind = load_proposer(out, target, 512, EvalConfig(num_speculative_tokens=4), "cpu")
+    proposer, kind = load_proposer(read_export(out), target, 512, EvalConfig(num_speculative_tokens=4), "cpu")
     assert kind == "pard" and proposer.max_num_speculative_tokens == 4
     original = _proposer(pard)
     for p in (original, proposer):

@@ -14,7 +14,7 @@ from eval.sampling import SamplingParams
 from heads.config import DFlashConfig
 from heads.dflash import DFlashDrafter
 from heads.errors import HeadsError
-from heads.families import FAMILIES, family_of_export
+from heads.families import FAMILIES, read_export
 from tests.exporting import export
 from tests.test_families import _compose
 from train.setups.block import anchor_blocks
@@ -169,7 +169,7 @@ def test_export_round_trip_gives_identical_proposals(tmp_path, target, prompt_id
     names = set(load_file(out / "model.safetensors"))
     assert "fc.weight" in names and "layers.1.self_attn.k_norm.weight" in names
     assert not any(n.startswith(("model.", "embed_tokens", "lm_head")) or "mask_hidden" in n for n in names)
-    family = family_of_export(out)
+    family = read_export(out).family
     assert family is FAMILIES["dflash"]
     family.lint(out)
     loaded = family.load(out, target)

@@ -17,7 +17,7 @@ from heads.config import DFlash2Config, DFlashConfig
 from heads.dflash import DFlashDrafter
 from heads.dflash2 import DFlash2Drafter, grouped_conv
 from heads.errors import HeadsError
-from heads.families import FAMILIES, family_of_export
+from heads.families import FAMILIES, read_export
 from tests.exporting import export
 from tests.test_families import _compose
 from train.stages.preflight import check_run
@@ -168,7 +168,7 @@ def test_export_is_vllms_layout_and_round_trips(tmp_path, target, prompt_ids):
     tensors = load_file(out / "model.safetensors")
     assert {k: tuple(tensors[k].shape) for k in expected} == expected
     assert not any(n.startswith(("model.", "embed_tokens", "lm_head")) for n in names)
-    family = family_of_export(out)
+    family = read_export(out).family
     assert family is FAMILIES["dflash2"]
     loaded = family.load(out, target)
     ids = prompt_ids[1]
@@ -183,7 +183,7 @@ def test_dflash_and_dflash2_exports_are_told_apart(tmp_path, target):
     cfg = DFlashConfig(layer_ids=LAYERS, block_size=5)
     dflash = export(DFlashDrafter.from_target(cfg, target, MASK), tmp_path / "a")
     dflash2 = export(_drafter(target), tmp_path / "b")
-    assert family_of_export(dflash) is FAMILIES["dflash"] and family_of_export(dflash2) is FAMILIES["dflash2"]
+    assert read_export(dflash).family is FAMILIES["dflash"] and read_export(dflash2).family is FAMILIES["dflash2"]
 
 
 @pytest.mark.parametrize(

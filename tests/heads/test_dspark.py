@@ -16,7 +16,7 @@ from eval.sampling import SamplingParams
 from heads.config import DSparkConfig
 from heads.dspark import DSparkDrafter
 from heads.errors import HeadsError
-from heads.families import FAMILIES, family_of_export
+from heads.families import FAMILIES, read_export
 from tests.exporting import export
 from tests.test_families import _compose
 from train.config import TrainerConfig
@@ -105,7 +105,7 @@ def test_export_is_vllms_and_llama_cpps_layout_and_round_trips(tmp_path, target,
     assert {"markov_head.markov_w1.weight", "markov_head.markov_w2.weight", "hidden_norm.weight", "fc.weight"} <= names
     assert {"confidence_head.proj.weight", "confidence_head.proj.bias"} <= names
     assert not any(n.startswith(("model.", "embed_tokens", "lm_head")) for n in names)
-    family = family_of_export(out)
+    family = read_export(out).family
     assert family is FAMILIES["dspark"]
     loaded = family.load(out, target)
     ids = prompt_ids[1]

@@ -10,7 +10,7 @@ from eval.proposers.draft_lm import DraftLMProposer
 from eval.sampling import SamplingParams
 from eval.speculative import autoregressive_generate, speculative_generate
 from heads.errors import HeadsError
-from heads.families import family_of_export
+from heads.families import read_export
 from heads.layer_skip import LAYER_SKIP_KEY, LayerSkipDrafter, check_skip_layers, skipping
 from tests.exporting import export
 
@@ -56,7 +56,7 @@ def test_export_is_a_plain_causal_lm_recognised_as_layer_skip(tmp_path, target, 
     config = json.loads((out / "config.json").read_text())
     assert config[LAYER_SKIP_KEY] == {"target_num_hidden_layers": 2, "skipped_layers": [0]}
     assert config["num_hidden_layers"] == 1 and config["architectures"] == ["LlamaForCausalLM"]
-    assert family_of_export(out).kind == "layer_skip"  # not mistaken for a trained draft LM
+    assert read_export(out).family.kind == "layer_skip"  # not mistaken for a trained draft LM
     plain = AutoModelForCausalLM.from_pretrained(out).eval()  # as transformers' assistant_model loads it
     ids = torch.tensor([[5, 6, 7, 8]])
     with torch.no_grad(), skipping(target, [0]):

@@ -159,7 +159,7 @@ def _original_layout(heads: MedusaHeads, path, layout: str):
 
 @pytest.mark.parametrize("layout", ["medusa1", "medusa1.pt", "medusa2", "full"])
 def test_original_medusa_checkpoints_are_refused_by_name_and_convert_exactly(tmp_path, target, micro_world, layout):
-    from heads.families import family_of_export
+    from heads.families import read_export
 
     heads = _trained_like(target, num_heads=2)  # lm_heads start as the target's: what head-only heads read
     src = _original_layout(heads, tmp_path / "original", layout)
@@ -168,12 +168,12 @@ def test_original_medusa_checkpoints_are_refused_by_name_and_convert_exactly(tmp
         match=r"FasterDecoding/Medusa's original layout; convert them first: python "
         r"scripts/convert_medusa.py",
     ):
-        family_of_export(src)  # never routed to another family (a full model is no draft LM)
+        read_export(src)  # never routed to another family (a full model is no draft LM)
     code, out = _convert(src, tmp_path / "converted", micro_world.target_dir)
     assert code == 0 and "2 Medusa heads × 2 layers" in out, out
     assert "config.json says 5 heads; the weights hold 2" in out
     converted = MedusaHeads.from_pretrained(tmp_path / "converted")
-    assert family_of_export(tmp_path / "converted").kind == "medusa"
+    assert read_export(tmp_path / "converted").family.kind == "medusa"
     hidden = torch.randn(3, heads.hidden_size)
     for ours, theirs in zip(converted(hidden), heads(hidden)):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=0)  # a rename: the very same heads

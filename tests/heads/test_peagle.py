@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from heads.config import PEagleConfig
 from heads.errors import HeadsError
-from heads.families import family_of_export, get_family
+from heads.families import get_family, read_export
 from heads.families.peagle import load_peagle
 from heads.peagle import PEagleDrafter, parallel_attention_mask
 from heads.vocab import build_draft_vocab
@@ -162,7 +162,7 @@ def test_native_checkpoint_and_export_round_trip(tmp_path, drafter):
     config = json.loads((out / "config.json").read_text())
     assert config["speculators_model_type"] == "peagle" and config["speculators_config"]["algorithm"] == "peagle"
     assert config["mask_token_id"] == drafter.mask_token_id and "model_type" not in config
-    assert family_of_export(out).kind == "peagle"  # and not eagle3
+    assert read_export(out).family.kind == "peagle"  # and not eagle3
     loaded = load_peagle(out)
     for other in (native, loaded):
         assert other.mask_token_id == drafter.mask_token_id and other.max_draft_tokens == 4

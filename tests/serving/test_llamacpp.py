@@ -17,7 +17,7 @@ from eval.errors import EvalError
 from eval.serving import llamacpp as served_llamacpp
 from eval.serving.base import verdict
 from heads.errors import HeadsError
-from heads.families import FAMILIES
+from heads.families import FAMILIES, read_export
 from heads.formats import llamacpp
 from heads.layer_skip import LayerSkipDrafter
 from heads.ngram import NgramDrafter
@@ -100,7 +100,9 @@ def test_a_missing_llama_cpp_is_one_line_naming_the_build_script(tmp_path, monke
     assert "scripts/build_llamacpp.py" in reason and "\n" not in reason
     assert "PATH" not in reason  # the converter is what is missing first: a llama-server on PATH would not bring it
     with pytest.raises(EvalError, match="eval.serve=llamacpp: .*build_llamacpp"):
-        served_llamacpp.served_check("t", tmp_path, [[1]], reference=[[1]], ours={}, cfg=CFG, eos_ids=set(), dtype="")
+        served_llamacpp.served_check(
+            "t", _stand_in(tmp_path), [[1]], reference=[[1]], ours={}, cfg=CFG, eos_ids=set(), dtype=""
+        )
 
 
 @pytest.fixture(scope="module")
@@ -242,9 +244,9 @@ def test_a_truncated_gguf_is_refused_before_decoding(gguf_exports, tmp_path):
     shutil.copytree(gguf_exports["draft_lm"], bad)
     gguf = bad / "gguf" / "draft.gguf"
     gguf.write_bytes(gguf.read_bytes()[: gguf.stat().st_size // 2])
-    served_llamacpp.servable(gguf_exports["draft_lm"])  # the export as written is readable
+    served_llamacpp.servable(read_export(gguf_exports["draft_lm"]))  # the export as written is readable
     with pytest.raises(EvalError, match=r"draft.gguf is not a readable GGUF .*re-export the drafter"):
-        served_llamacpp.servable(bad)
+        served_llamacpp.servable(read_export(bad))
 
 
 @needs_llamacpp
@@ -400,7 +402,7 @@ def test_ctrl_c_in_the_served_check_leaves_no_log_directory(tmp_path, micro_worl
     (tmp_path / "tmp").mkdir()
     with pytest.raises(KeyboardInterrupt):
         served_llamacpp.served_check(
-            target, tmp_path, [[1]], reference=[[1]], ours={}, cfg=CFG, eos_ids=set(), dtype="f"
+            target, _stand_in(tmp_path), [[1]], reference=[[1]], ours={}, cfg=CFG, eos_ids=set(), dtype="f"
         )
     assert list((tmp_path / "tmp").iterdir()) == []
 
@@ -425,7 +427,14 @@ def test_a_quantized_gguf_target_is_judged_against_llama_servers_own_output(tmp_
         monkeypatch.setattr(served_llamacpp, "serve_and_decode", lambda *a, **k: decoded)
         target = resolve_target(str(target_file))
         return served_llamacpp.served_check(
-            target, tmp_path, [[1], [2]], reference=reference, ours=ours, cfg=CFG, eos_ids=set(), dtype="float32"
+            target,
+            _stand_in(tmp_path),
+            [[1], [2]],
+            reference=reference,
+            ours=ours,
+            cfg=CFG,
+            eos_ids=set(),
+            dtype="float32",
         )
 
     (tmp_path / "q").mkdir()
@@ -498,3 +507,10 @@ def test_a_server_killed_while_repacking_its_weights_is_started_again_without_re
     with pytest.raises(EvalError, match=r"llama-server exited \(-15\) while starting"):
         with llama_server(tmp_path / "m.gguf", [], context=64, log=tmp_path / "server.log"):
             pass
+
+
+def _stand_in(path):
+    """An export record for a check that fails, or is stubbed, before it reads the directory."""
+    from heads.families import FAMILIES, Export
+
+    return Export(path, FAMILIES["draft_lm"], {})

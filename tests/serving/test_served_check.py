@@ -9,7 +9,7 @@ from eval.proposers import load_proposer
 from eval.serving.base import served_figures, verdict
 from heads.config import DraftLMConfig, MedusaConfig, SuffixConfig
 from heads.draft_lm import DraftLM
-from heads.families import FAMILIES, family_of_export, write_provenance
+from heads.families import FAMILIES, read_export, write_provenance
 from heads.formats.fingerprint import served_files_hash
 from heads.layer_skip import LayerSkipDrafter
 from heads.ngram import NgramDrafter
@@ -111,13 +111,11 @@ def exports(tmp_path_factory, target, tokenizer):
 def _serve(target, tokenizer, micro_world, drafter_dir, prompt_ids, cfg=CFG, served_dir=None, target_dir=None):
     """Our engine on drafter_dir, the engine on served_dir (default: the same directory); `target` is loaded from
     target_dir (default: the micro world's)."""
-    kind = family_of_export(drafter_dir).kind
-    proposer, _ = load_proposer(drafter_dir, target, len(tokenizer), cfg, "cpu")
+    ours, theirs = read_export(drafter_dir), read_export(served_dir or drafter_dir)  # each read once
+    proposer, kind = load_proposer(ours, target, len(tokenizer), cfg, "cpu")
     names = {"kind": kind, "target": str(target_dir or micro_world.target_dir)}
     eos, vocab = {tokenizer.eos_token_id}, len(tokenizer)
-    return measure_export(
-        target, proposer, served_dir or drafter_dir, prompt_ids, cfg, names, vocab_size=vocab, eos_ids=eos
-    )
+    return measure_export(target, proposer, theirs, prompt_ids, cfg, names, vocab_size=vocab, eos_ids=eos)
 
 
 @needs_vllm

@@ -6,6 +6,7 @@ import torch
 from eval.measure_export import measure_export
 from eval.proposers import load_proposer
 from heads.config import PardConfig
+from heads.families import read_export
 from heads.pard import PardDrafter
 from tests.eval.fitting import fit, sampled_text
 from tests.exporting import export
@@ -25,10 +26,10 @@ def test_vllm_serves_the_pard_export_as_our_engine_runs_it(tmp_path, target, tok
     objective = PardDistillation(target, "fkl", 512, pard_token=4, max_draft_tokens=4, anchors_per_sequence=8)
     fit(drafter, objective, sampled_text(target), steps=80)
     out = export(drafter, tmp_path / "drafter", tokenizer=tokenizer)  # no "eagle"/"dflash" in the path (§1)
-    proposer, kind = load_proposer(out, target, len(tokenizer), CFG, "cpu")
+    proposer, kind = load_proposer(exported := read_export(out), target, len(tokenizer), CFG, "cpu")
     eos = {tokenizer.eos_token_id}
     names = {"kind": kind, "target": str(micro_world.target_dir)}
-    report = measure_export(target, proposer, out, prompt_ids, CFG, names, vocab_size=len(tokenizer), eos_ids=eos)
+    report = measure_export(target, proposer, exported, prompt_ids, CFG, names, vocab_size=len(tokenizer), eos_ids=eos)
     served = report["served"]
     assert served["method"] == "draft_model" and served["equal_prompts"] == len(prompt_ids)
     assert served["verdict"] == "ok", served["reason"]

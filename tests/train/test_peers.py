@@ -14,6 +14,7 @@ from distill.features.capture import layer_features
 from eval.config import EvalConfig
 from eval.proposers import load_proposer
 from eval.run import evaluate
+from heads.families import read_export
 from heads.vocab import build_draft_vocab, token_counts
 from train.peers.speculators_data import write_speculators_data
 from train.peers.speculators_run import PeerSettings, epochs_for, run_speculators, speculators_args
@@ -82,7 +83,9 @@ def test_a_speculators_trained_eagle3_is_measured_by_our_engine_losslessly(
     drafter = load_speculators(export, target)
     assert torch.equal(drafter.d2t, vocab.d2t())  # the vocabulary it was given, not one of its own
     cfg = EvalConfig(num_prompts=2, max_new_tokens=12, num_speculative_tokens=2, gamma_sweep=[], warmup_prompts=0)
-    proposer, kind = load_proposer(export, target, len(tokenizer), cfg, torch.device("cpu"))  # as python -m eval does
+    proposer, kind = load_proposer(
+        read_export(export), target, len(tokenizer), cfg, torch.device("cpu")
+    )  # as python -m eval does
     assert kind == "eagle3"
     report = evaluate(
         target, proposer, prompt_ids[4:], cfg, {tokenizer.eos_token_id}, len(tokenizer), {}, progress=False
@@ -128,7 +131,7 @@ def test_a_modelopt_trained_eagle3_is_measured_by_our_engine_losslessly(
     torch.testing.assert_close(drafter.fc.weight, theirs["fc.weight"].float())  # ModelOpt's weights, not the template's
     assert torch.equal(drafter.d2t, vocab.d2t())
     cfg = EvalConfig(num_prompts=2, max_new_tokens=12, num_speculative_tokens=2, gamma_sweep=[], warmup_prompts=0)
-    proposer, kind = load_proposer(served, target, len(tokenizer), cfg, torch.device("cpu"))
+    proposer, kind = load_proposer(read_export(served), target, len(tokenizer), cfg, torch.device("cpu"))
     report = evaluate(
         target, proposer, prompt_ids[4:], cfg, {tokenizer.eos_token_id}, len(tokenizer), {}, progress=False
     )

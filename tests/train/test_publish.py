@@ -11,7 +11,7 @@ import torch
 from distill.targets.load import eos_token_ids
 from eval.claims import DIGEST, figures_digest, samples_digest
 from heads.draft_lm import DraftLM
-from heads.families import write_provenance
+from heads.families import read_export, write_provenance
 from heads.formats.fingerprint import served_files_hash
 from tests.cli_runs import run_app, run_push
 from tests.train.publishing import SERVED, consistent_report, published_drafter, tiny_export
@@ -310,7 +310,7 @@ def _measured(path, target, tokenizer, micro_world, prompt_ids):
 
     out = tiny_export(path, target, tokenizer)
     cfg = EvalConfig(num_prompts=3, max_new_tokens=12, num_speculative_tokens=2, gamma_sweep=[], warmup_prompts=0)
-    proposer, kind = load_proposer(out, target, len(tokenizer), cfg, torch.device("cpu"))
+    proposer, kind = load_proposer(read_export(out), target, len(tokenizer), cfg, torch.device("cpu"))
     names = {"target": "toyworld:micro", "drafter": str(out), "kind": kind, "export_sha256": served_files_hash(out)}
     evals = path.parent / f"{path.name}-eval"
     eos = eos_token_ids(target, tokenizer)

@@ -24,6 +24,7 @@ from eval.config import EvalConfig
 from eval.proposers import load_proposer
 from eval.report import SAMPLES, read_samples
 from eval.run import evaluate
+from heads.families import read_export
 from train.registry.gate import PublishError
 
 VERIFY_PROMPTS = 8  # prompts re-decoded: a short eval, seconds for small targets
@@ -63,7 +64,7 @@ def remeasure(drafter_dir: str | Path, prov: dict, num_prompts: int = VERIFY_PRO
     target_cfg = _target_settings(prov)
     tokenizer, target = load_tokenizer(target_cfg), load_target(target_cfg, device)
     cfg = _eval_settings(report, len(samples))
-    proposer, kind = load_proposer(drafter, target, len(tokenizer), cfg, torch.device(device))
+    proposer, kind = load_proposer(read_export(drafter), target, len(tokenizer), cfg, torch.device(device))
     names = {"target": target_cfg.name_or_path, "drafter": str(drafter), "kind": kind}
     t0 = time.perf_counter()
     prompts = [s["prompt_ids"] for s in samples]

@@ -14,7 +14,7 @@ from eval.measure_export import export_entry, measure_together
 from eval.prompts import Answer, MeasuredPrompts, measured_prompts, prompt_room, target_answers
 from eval.proposers import load_proposer
 from eval.vocabulary import tokenizer_matches
-from heads.families import ExportJob, Family, get_family
+from heads.families import Export, ExportJob, Family, get_family, read_export
 from heads.formats.fingerprint import served_files_hash
 from heads.formats.staging import staged_directory
 from train.errors import PipelineError
@@ -134,15 +134,16 @@ def eval_stages(runs: list[Run]) -> list[dict]:
     target = load_target(first.cfg.target, first.device)
     eos_ids, vocab_size = eos_token_ids(target, tokenizer), len(tokenizer)
     exported = [(export_drafter(run, family, tokenizer, target), run) for run, family in todo]
-    loaded = [load_proposer(run.paths.drafter, target, vocab_size, run.cfg.eval, run.device) for _, run in exported]
+    exports = [read_export(run.paths.drafter) for _, run in exported]  # each export read once, handed down
+    loaded = [load_proposer(e, target, vocab_size, run.cfg.eval, run.device) for e, (_, run) in zip(exports, exported)]
     answer = target_answers(target, first.cfg.eval, eos_ids=eos_ids, vocab_size=vocab_size)
     room = min(prompt_room(target, proposer, run.cfg.eval) for (proposer, _), (_, run) in zip(loaded, exported))
     prompts, measured = eval_prompt_ids(first, tokenizer, room, answer)
     entries = []
-    for (proposer, kind), (export_sha256, run) in zip(loaded, exported):
+    for (proposer, kind), export, (export_sha256, run) in zip(loaded, exports, exported):
         overlap = prompt_overlap(run, prompts.ids[: run.cfg.eval.num_prompts], measured["what"])  # its data
         names = _names(run, kind, export_sha256, measured | overlap, tokenizer)
-        entries.append(_entry(run, proposer, names))
+        entries.append(_entry(run, export, proposer, names))
     new = iter(measure_together(target, entries, prompts.ids, eos_ids, vocab_size, categories=prompts.categories))
     return [report if report is not None else next(new) for report in reports]
 
@@ -211,12 +212,12 @@ def _names(run: Run, kind: str, export_sha256: str, measured: dict, tokenizer) -
     }
 
 
-def _entry(run: Run, proposer, names: dict):
+def _entry(run: Run, export: Export, proposer, names: dict):
     """The run's export as one drafter of the measurement, its report written to the run's eval/."""
     cfg = run.cfg
     return export_entry(
         proposer,
-        run.paths.drafter,
+        export,
         cfg.eval,
         names,
         out_dir=run.paths.eval,
