@@ -37,7 +37,8 @@ def run_bakeoff(config) -> dict:
         return planned
     with run_directory(dict_config, cfg) as (cfg_dict, paths):
         serve = bakeoff_engine(cfg.bakeoff.serve)
-        check_contenders(dict_config, paths.root, serve)
+        if set(cfg.stages) - {"distill"}:  # the contenders run here (stages=[distill]: the shared data alone)
+            check_contenders(dict_config, paths.root, serve)
         hashes = stage_hashes(cfg, cfg_dict)
         # the shared data is distilled by the distill stage itself: its reuse checks (a moved Hub commit) hold
         shared = Run(cfg, cfg_dict, paths, device_of(cfg), hashes["distill"], hashes)
