@@ -21,6 +21,7 @@ import torch
 from distill.config import TargetConfig
 from distill.errors import DistillError
 from distill.features.store import write_shards
+from distill.features.vllm_connector import NAME as CPU_CONNECTOR
 from distill.targets import resolve_target
 from distill.targets.heads import final_norm
 
@@ -100,7 +101,7 @@ class _Extractor:
             {"kv_connector": "ExampleHiddenStatesConnector"}
             if on_gpu
             else {
-                "kv_connector": "CpuHiddenStatesConnector",
+                "kv_connector": CPU_CONNECTOR,
                 "kv_connector_module_path": "distill.features.vllm_connector",
             }
         )

@@ -229,9 +229,8 @@ def served_check(
         ours: our figures for a chain of γ on the same prompts.
         target_model: the loaded target, to tell a divergence at a near-tie from a real one.
     """
-    drafter_dir = export.path
     consumer, gamma = servable(export), cfg.num_speculative_tokens
-    spec = consumer.speculative_config(Path(drafter_dir), gamma)
+    spec = consumer.speculative_config(export.path, gamma)
     cut, rule_difference = _draft_cut(spec["args"], cfg, consumer.rule_difference)
     t0 = time.perf_counter()
     target_dir = llamacpp.target.local_dir(target)
@@ -243,9 +242,7 @@ def served_check(
     outputs, without, (drafts, accepted, per_pos, draft_tokens), speed = _serve_logged(
         target_gguf, spec["args"], prompts, cfg, differs
     )
-    quantized = llamacpp.target.served_quantization(
-        target_dir
-    )  # another model than ours: its own output is the reference
+    quantized = llamacpp.target.served_quantization(target_dir)  # another model than ours: its output is the reference
     engine_same = {i for i, alone in without.items() if quantized and alone == outputs[i]}
     outputs = [with_end_token(o, r, eos_ids) for o, r in zip(outputs, reference)]
     figures = served_figures(drafts, accepted, per_pos, gamma, draft_tokens)
@@ -285,8 +282,8 @@ def served_check(
         "tolerance": cfg.served_tolerance,
         "verdict": status,
         "reason": why,
-        "drafter_dir": str(drafter_dir),
-        "files_sha256": served_files_hash(drafter_dir),
+        "drafter_dir": str(export.path),
+        "files_sha256": served_files_hash(export.path),
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
